@@ -1,0 +1,74 @@
+"""``kubectl kvreset``: the click group. Sub-command modules load only when used, and none of
+them imports the ``kubernetes`` package at import time, so ``--help`` answers fast."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+import click
+
+from .. import __version__
+from .options import EXIT_CODES_HELP
+
+#: name -> (module, short help). The short help is here so that listing commands imports nothing.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "detect": ("detect", "List the vLLM server pods: owner, role, container, API ports, version, dev mode, tiers."),
+    "clear": ("clear", "Empty the KV cache tiers of the targeted vLLM pods and say what was left."),
+    "metrics": ("metrics", "Show KV-cache usage and prefix-cache hit counters per pod, port and engine."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose sub-commands are imported on first use (click's documented lazy-loading
+    pattern), listed in the order of :data:`COMMANDS`."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module = importlib.import_module(f"{__name__}.{COMMANDS[cmd_name][0]}")
+        command: click.Command = module.command
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, short) for name, (_, short) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def _prog_name() -> str:
+    base = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "kubectl-kvreset"
+    return "kubectl kvreset" if base.startswith("kubectl-") or base.startswith("kubectl_") else base
+
+
+@click.group(
+    cls=LazyGroup,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=(
+        "\b\nExamples:\n"
+        "  kubectl kvreset detect -n llm-d                 # which pods serve vLLM, on which ports\n"
+        "  kubectl kvreset clear -n llm-d --all            # empty every tier of every vLLM pod\n"
+        "  kubectl kvreset clear deployment/decode --dry-run\n"
+        "  kubectl kvreset metrics -n llm-d -o json\n\n"
+        + EXIT_CODES_HELP
+    ),
+)
+@click.version_option(__version__, "--version", prog_name="kubectl-kvreset", message="%(prog)s %(version)s")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """Empty every KV cache tier of the vLLM servers in a Kubernetes deployment
+    (llm-d, KServe, plain vLLM), so the next benchmark or debugging run starts cold."""
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+        ctx.exit(0)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Console entry point (``kubectl-kvreset``)."""
+    return cli.main(args=argv, prog_name=_prog_name())

@@ -1,0 +1,155 @@
+"""Options shared by every sub-command, defined once as decorators, and the helpers that turn
+them into a connection, targets and output.
+
+kubectl passes every flag after the plugin name to the plugin and parses none of them itself
+(``k8s.io/kubectl/pkg/cmd/plugin.go``), so the plugin reads kubectl's global flags
+(``kubectl options``) on each sub-command.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import click
+
+from ..report import OUTPUT_FORMATS, ExitCode, Report
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+R = TypeVar("R")
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 every targeted tier emptied and confirmed (read-only commands: every pod "
+    "answered); 1 something failed or a tier was left full; 2 usage or configuration error; "
+    "3 done but some result could not be confirmed (vLLM < 0.26 answers an empty 200); "
+    "130 interrupted."
+)
+
+
+def kube_flags(fn: F) -> F:
+    """kubectl's global flags: kubeconfig, context, cluster, user, namespace, server, token,
+    certificate authority, TLS skip, request timeout, impersonation, verbosity."""
+    opts = [
+        click.option("--kubeconfig", metavar="PATH", help="Path to the kubeconfig file (default: KUBECONFIG, then ~/.kube/config)."),
+        click.option("--context", metavar="NAME", help="The kubeconfig context to use."),
+        click.option("--cluster", metavar="NAME", help="The kubeconfig cluster to use."),
+        click.option("--user", metavar="NAME", help="The kubeconfig user to use."),
+        click.option("-n", "--namespace", metavar="NS", help="Namespace (default: the context's, else 'default')."),
+        click.option("-A", "--all-namespaces", is_flag=True, help="Act on every namespace."),
+        click.option("-s", "--server", metavar="URL", help="Address of the Kubernetes API server."),
+        click.option("--token", metavar="TOKEN", help="Bearer token for the API server."),
+        click.option("--certificate-authority", metavar="PATH", help="Path to a CA certificate file."),
+        click.option("--insecure-skip-tls-verify", is_flag=True, help="Do not verify the API server's certificate."),
+        click.option("--request-timeout", metavar="DURATION", default=None,
+                     help="Bound on each API request, e.g. 30s, 1m; 0 for none. [default: 30s]"),
+        click.option("--as", "as_user", metavar="USER", help="Username to impersonate."),
+        click.option("--as-group", "as_group", metavar="GROUP", multiple=True, help="Group to impersonate (repeatable)."),
+        click.option("-v", "--v", "verbosity", type=int, default=0, metavar="N", help="Log level (details on stderr; tokens redacted)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def output_option(fn: F) -> F:
+    """``-o/--output table|wide|json|yaml``."""
+    return click.option(
+        "-o", "--output", type=click.Choice(OUTPUT_FORMATS), default="table", show_default=True,
+        help="Output format. json/yaml print a list of objects, each with a 'kind' field.",
+    )(fn)
+
+
+def target_options(fn: F) -> F:
+    """Targets: OWNER arguments, ``--all``, ``-l/--selector``."""
+    fn = click.option("-l", "--selector", metavar="SELECTOR", help="Label selector for pods, as kubectl get -l.")(fn)
+    fn = click.option("--all", "all_targets", is_flag=True, help="Every vLLM server pod in the namespace(s).")(fn)
+    fn = click.argument("owners", nargs=-1, metavar="[OWNER]...")(fn)
+    return fn
+
+
+def concurrency_option(fn: F) -> F:
+    """``--max-concurrency``: how many pods are worked on at once."""
+    return click.option("--max-concurrency", type=click.IntRange(1, 512), default=32, show_default=True,
+                        help="Calls in flight at once.")(fn)
+
+
+def flags_from(params: dict[str, Any]) -> Any:
+    """Build a :class:`~kubectl_kvreset.kube.KubeFlags` from the click parameters."""
+    from ..kube import KubeFlags
+
+    return KubeFlags(
+        kubeconfig=params.get("kubeconfig"), context=params.get("context"), cluster=params.get("cluster"),
+        user=params.get("user"), namespace=params.get("namespace"), all_namespaces=bool(params.get("all_namespaces")),
+        server=params.get("server"), token=params.get("token"),
+        certificate_authority=params.get("certificate_authority"),
+        insecure_skip_tls_verify=bool(params.get("insecure_skip_tls_verify")),
+        request_timeout=params.get("request_timeout"), impersonate=params.get("as_user"),
+        impersonate_groups=tuple(params.get("as_group") or ()), verbosity=int(params.get("verbosity") or 0),
+    )
+
+
+def info(message: str) -> None:
+    """A message for the user on stderr."""
+    click.echo(message, err=True)
+
+
+def fail(message: str, code: ExitCode = ExitCode.FAILED) -> None:
+    """Print ``error: message`` on stderr and exit with ``code``."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(int(code))
+
+
+def handle_errors(fn: F) -> F:
+    """Map this package's and the adapter's errors to a message and an exit code: a
+    configuration error exits 2 before any work, an API or connection failure exits 1,
+    Ctrl-C exits 130. No traceback unless ``-v`` is 6 or more."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ..discovery import TargetError
+        from ..kube import KubeApiError, KubeConfigError, KubeConnectionError
+
+        try:
+            return fn(*args, **kwargs)
+        except KubeConfigError as exc:
+            fail(str(exc), ExitCode.USAGE)
+        except TargetError as exc:
+            fail(str(exc), ExitCode.FAILED)
+        except KubeApiError as exc:
+            hint = ""
+            if exc.status == 403:
+                hint = " (ask for the RBAC permission named above; see the README's Role)"
+            elif exc.status == 401:
+                hint = " (the credentials were refused: log in again or check the kubeconfig user)"
+            fail(f"{exc}{hint}", ExitCode.FAILED)
+        except KubeConnectionError as exc:
+            fail(str(exc), ExitCode.FAILED)
+        except KeyboardInterrupt:
+            info("interrupted")
+            sys.exit(int(ExitCode.INTERRUPTED))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parallel(items: Iterable[T], fn: Callable[[T], R], max_workers: int) -> Iterator[R]:
+    """Apply ``fn`` to every item with at most ``max_workers`` calls in flight; results come
+    back in the items' order."""
+    items = list(items)
+    if not items:
+        return iter(())
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(items)))) as pool:
+        return iter(list(pool.map(fn, items)))
+
+
+def emit(report: Report, fmt: str, *, empty_message: str) -> None:
+    """Print the report on stdout in ``fmt`` (``No resources found`` style note on stderr when
+    a table has no rows) and exit with the report's code."""
+    if not report.rows and fmt in ("table", "wide"):
+        info(empty_message)
+    else:
+        click.echo(report.render(fmt), nl=False)
+    sys.exit(int(report.exit_code))

@@ -1,0 +1,534 @@
+"""The one adapter over the official ``kubernetes`` client.
+
+Nothing else in the package imports ``kubernetes``; this module imports it lazily, inside
+:meth:`Kube.connect`, so ``kubectl kvreset --help`` stays fast.
+
+The client is used for what it does well (reading kubeconfig users: tokens, client
+certificates, exec credential plugins, in-cluster service accounts) and its urllib3 pool for
+transport. Answers come back as plain JSON-decoded dicts with the API's own camelCase keys and
+errors as :class:`KubeApiError` built from the API server's ``Status`` object, so callers see
+what ``kubectl`` would show.
+
+Kubeconfig resolution follows kubectl, not the Python client
+(``k8s.io/client-go/tools/clientcmd/loader.go``): with ``KUBECONFIG=a:b`` the first file that
+sets a value wins (``current-context`` included), relative certificate paths are resolved
+against the file that names them, and ``--context``, ``--cluster``, ``--user``, ``--server``,
+``--token``, ``--certificate-authority``, ``--insecure-skip-tls-verify`` and ``--as`` override
+the chosen context as kubectl's flags do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import yaml
+
+#: kubectl's default ``--request-timeout`` is 0 (unbounded); this tool bounds every request.
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+
+_PATH_KEYS = {
+    "clusters": ("certificate-authority",),
+    "users": ("client-certificate", "client-key", "tokenFile"),
+}
+
+
+class KubeError(Exception):
+    """Base of every error this adapter raises; ``str()`` is a message fit for a user."""
+
+
+class KubeConfigError(KubeError):
+    """The kubeconfig or a kubectl flag is unusable (no file, no context, bad duration).
+
+    The CLI maps it to exit code 2 (usage or configuration error before any work).
+    """
+
+
+class KubeConnectionError(KubeError):
+    """The API server could not be reached or did not answer within the request timeout."""
+
+
+@dataclass(frozen=True)
+class KubeApiError(KubeError):
+    """A non-2xx answer of the API server, read from its ``Status`` body where it sent one.
+
+    Attributes: ``status`` (HTTP code), ``reason`` (``Status.reason`` such as ``NotFound`` or
+    ``Forbidden``, else the HTTP reason), ``message`` (``Status.message``), ``body`` (raw bytes).
+    """
+
+    status: int
+    reason: str
+    message: str
+    body: bytes = b""
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.status} {self.reason})" if self.message else f"{self.status} {self.reason}"
+
+
+@dataclass(frozen=True)
+class KubeFlags:
+    """kubectl's global flags as the user gave them (``kubectl options``).
+
+    ``request_timeout`` is a kubectl duration string (``"30s"``, ``"1m"``, ``"0"`` = no bound)
+    or None for this tool's default of 30 s. ``impersonate`` is ``--as``,
+    ``impersonate_groups`` is ``--as-group`` (repeatable).
+    """
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    cluster: str | None = None
+    user: str | None = None
+    namespace: str | None = None
+    all_namespaces: bool = False
+    server: str | None = None
+    token: str | None = None
+    certificate_authority: str | None = None
+    insecure_skip_tls_verify: bool = False
+    request_timeout: str | None = None
+    impersonate: str | None = None
+    impersonate_groups: tuple[str, ...] = ()
+    verbosity: int = 0
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    """An HTTP answer: ``status`` code, lower-cased ``headers``, raw ``body`` bytes.
+
+    ``from_apiserver`` is True when the answer is the API server's own ``Status`` (a proxy
+    error such as 503 ``connect: connection refused``) rather than the pod's answer passed
+    through the pod proxy; see :func:`is_apiserver_status`.
+    """
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+    from_apiserver: bool = False
+
+    def text(self) -> str:
+        """The body decoded as UTF-8 (invalid bytes replaced)."""
+        return self.body.decode("utf-8", "replace")
+
+
+def parse_duration(text: str | None, default: float = DEFAULT_REQUEST_TIMEOUT_S) -> float | None:
+    """Parse a kubectl duration (``--request-timeout``, ``--timeout``) into seconds.
+
+    Accepts Go durations (``"1m30s"``, ``"500ms"``, ``"2h"``) and a bare number of seconds, as
+    kubectl does. ``"0"`` means no bound and returns None; None returns ``default``.
+
+    Raises:
+        KubeConfigError: the text is not a duration (the message names the flag's value).
+    """
+    if text is None:
+        return default
+    t = text.strip()
+    try:
+        seconds = float(t)
+    except ValueError:
+        import durationpy  # small, pure Python, a dependency of the kubernetes client
+
+        try:
+            seconds = durationpy.from_str(t).total_seconds()
+        except Exception as exc:  # durationpy raises its own error types
+            raise KubeConfigError(
+                f"invalid duration {text!r}: use a number of seconds or a unit such as 30s, 2m, 1h"
+            ) from exc
+    if seconds < 0:
+        raise KubeConfigError(f"invalid duration {text!r}: must not be negative")
+    return None if seconds == 0 else seconds
+
+
+def kubeconfig_paths(flag: str | None, environ: Mapping[str, str] | None = None) -> list[Path]:
+    """The kubeconfig files kubectl would read, in precedence order.
+
+    ``--kubeconfig`` alone if given; else every entry of ``KUBECONFIG`` (``os.pathsep``
+    separated, empty entries and duplicates dropped); else ``~/.kube/config``.
+    Files that do not exist are kept out, as kubectl ignores them (except ``--kubeconfig``,
+    which must exist: see :func:`merge_kubeconfigs`).
+    """
+    env = os.environ if environ is None else environ
+    if flag:
+        return [Path(flag).expanduser()]
+    raw = env.get("KUBECONFIG", "")
+    if raw:
+        seen: list[Path] = []
+        for part in raw.split(os.pathsep):
+            if part and Path(part).expanduser() not in seen:
+                seen.append(Path(part).expanduser())
+        return [p for p in seen if p.exists()]
+    default = Path(env.get("HOME", str(Path.home()))) / ".kube" / "config"
+    return [default] if default.exists() else []
+
+
+def _absolutise(entry: dict[str, Any], keys: Iterable[str], base: Path) -> None:
+    for key in keys:
+        value = entry.get(key)
+        if isinstance(value, str) and value and not os.path.isabs(value):
+            entry[key] = str((base / value).resolve())
+
+
+def merge_kubeconfigs(paths: Sequence[Path]) -> dict[str, Any]:
+    """Merge kubeconfig files with kubectl's rule: the first file that sets a value wins.
+
+    Named clusters, users and contexts are taken from the first file defining each name;
+    ``current-context`` from the first file that sets one. Relative ``certificate-authority``,
+    ``client-certificate``, ``client-key`` and ``tokenFile`` paths are resolved against the
+    directory of the file naming them (client-go ``ResolveLocalPaths``).
+
+    Returns a kubeconfig dict (``clusters``, ``users``, ``contexts`` lists, ``current-context``).
+
+    Raises:
+        KubeConfigError: a file cannot be read or is not a kubeconfig mapping.
+    """
+    merged: dict[str, Any] = {"clusters": [], "users": [], "contexts": [], "current-context": ""}
+    names: dict[str, set[str]] = {"clusters": set(), "users": set(), "contexts": set()}
+    for path in paths:
+        try:
+            doc = yaml.safe_load(path.read_text()) or {}
+        except OSError as exc:
+            raise KubeConfigError(f"cannot read kubeconfig {path}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise KubeConfigError(f"kubeconfig {path} is not valid YAML: {exc}") from exc
+        if not isinstance(doc, dict):
+            raise KubeConfigError(f"kubeconfig {path} is not a mapping")
+        if not merged["current-context"] and doc.get("current-context"):
+            merged["current-context"] = doc["current-context"]
+        for section, inner in (("clusters", "cluster"), ("users", "user"), ("contexts", "context")):
+            for item in doc.get(section) or []:
+                if not isinstance(item, dict) or not item.get("name") or item["name"] in names[section]:
+                    continue
+                names[section].add(item["name"])
+                body = dict(item.get(inner) or {})
+                _absolutise(body, _PATH_KEYS.get(section, ()), path.parent)
+                merged[section].append({"name": item["name"], inner: body})
+    return merged
+
+
+def _find(cfg: Mapping[str, Any], section: str, name: str) -> dict[str, Any] | None:
+    for item in cfg.get(section) or []:
+        if item.get("name") == name:
+            return dict(item)
+    return None
+
+
+def apply_overrides(cfg: dict[str, Any], flags: KubeFlags) -> tuple[dict[str, Any], str, str]:
+    """Apply kubectl's override flags to a merged kubeconfig.
+
+    Returns ``(config, context_name, namespace)``: a config whose ``current-context`` is a
+    synthetic context combining the chosen cluster and user with the flag overrides, the name
+    of the context the user chose, and the namespace (``-n``, else the context's, else
+    ``default``).
+
+    Raises:
+        KubeConfigError: no context is selected, or a named context, cluster or user is absent.
+    """
+    ctx_name = flags.context or cfg.get("current-context") or ""
+    ctx: dict[str, Any] = {}
+    if ctx_name:
+        found = _find(cfg, "contexts", ctx_name)
+        if found is None:
+            raise KubeConfigError(f'context "{ctx_name}" does not exist in the kubeconfig (see kubectl config get-contexts)')
+        ctx = dict(found.get("context") or {})
+    elif not flags.server:
+        raise KubeConfigError(
+            "no current context: set one with 'kubectl config use-context NAME' or pass --context"
+        )
+    cluster_name = flags.cluster or ctx.get("cluster", "")
+    user_name = flags.user or ctx.get("user", "")
+    cluster = dict((_find(cfg, "clusters", cluster_name) or {}).get("cluster") or {}) if cluster_name else {}
+    if cluster_name and not cluster and not flags.server:
+        raise KubeConfigError(f'cluster "{cluster_name}" does not exist in the kubeconfig')
+    user = dict((_find(cfg, "users", user_name) or {}).get("user") or {}) if user_name else {}
+    if flags.server:
+        cluster["server"] = flags.server
+    if flags.certificate_authority:
+        cluster["certificate-authority"] = str(Path(flags.certificate_authority).expanduser().resolve())
+        cluster.pop("certificate-authority-data", None)
+    if flags.insecure_skip_tls_verify:
+        cluster["insecure-skip-tls-verify"] = True
+        cluster.pop("certificate-authority", None)
+        cluster.pop("certificate-authority-data", None)
+    if flags.token:
+        for key in ("token", "tokenFile", "exec", "auth-provider", "username", "password"):
+            user.pop(key, None)
+        user["token"] = flags.token
+    if not cluster.get("server"):
+        raise KubeConfigError(
+            f'cluster "{cluster_name or "(none)"}" has no server address: pass --server or fix the kubeconfig'
+        )
+    namespace = flags.namespace or ctx.get("namespace") or "default"
+    out = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "kvreset", "cluster": cluster}],
+        "users": [{"name": "kvreset", "user": user}],
+        "contexts": [{"name": "kvreset", "context": {"cluster": "kvreset", "user": "kvreset", "namespace": namespace}}],
+        "current-context": "kvreset",
+    }
+    return out, ctx_name, namespace
+
+
+def is_apiserver_status(answer_body: bytes, headers: Mapping[str, str]) -> bool:
+    """True when a body is a Kubernetes ``Status`` object (the API server's own error).
+
+    A vLLM answer passed through the pod proxy keeps vLLM's status and body; a proxy failure
+    (pod unreachable, port closed) is a JSON ``{"kind":"Status","apiVersion":"v1",...}``.
+    This tells the two apart by the body, not by the status code.
+    """
+    if "json" not in headers.get("content-type", "") and not answer_body.startswith(b"{"):
+        return False
+    try:
+        doc = json.loads(answer_body)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(doc, dict) and doc.get("kind") == "Status" and doc.get("apiVersion") == "v1"
+
+
+def status_message(body: bytes) -> tuple[str, str]:
+    """``(reason, message)`` of a ``Status`` body, or ``("", text)`` for anything else."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return "", body.decode("utf-8", "replace").strip()[:300]
+    if isinstance(doc, dict):
+        return str(doc.get("reason") or ""), str(doc.get("message") or "")
+    return "", str(doc)[:300]
+
+
+@dataclass
+class Kube:
+    """A connection to one cluster as the user's kubeconfig and flags describe it.
+
+    Create with :meth:`connect`. Thread-safe: the urllib3 pool is shared, sized by
+    ``pool_size``. Every request is bounded by ``timeout_s`` (None: unbounded, ``--request-timeout=0``).
+    """
+
+    host: str
+    namespace: str
+    context: str
+    timeout_s: float | None
+    _api_client: Any
+    _headers: dict[str, str] = field(default_factory=dict)
+    _impersonate_groups: tuple[str, ...] = ()
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    requests_made: int = 0
+
+    @classmethod
+    def connect(cls, flags: KubeFlags, *, pool_size: int = 16) -> Kube:
+        """Resolve the kubeconfig (or the in-cluster config) and build a client.
+
+        Raises:
+            KubeConfigError: no usable kubeconfig, an unknown context, a bad flag value.
+        """
+        timeout = parse_duration(flags.request_timeout)
+        from kubernetes import client, config  # lazy: costs ~0.3 s
+
+        configuration = client.Configuration()
+        paths = kubeconfig_paths(flags.kubeconfig)
+        if flags.kubeconfig and not paths[0].exists():
+            raise KubeConfigError(f"kubeconfig {flags.kubeconfig} does not exist")
+        in_cluster = not paths and bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not flags.server
+        if in_cluster:
+            try:
+                config.load_incluster_config(client_configuration=configuration)
+            except config.ConfigException as exc:
+                raise KubeConfigError(f"in-cluster configuration failed: {exc}") from exc
+            ns_file = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+            namespace = flags.namespace or (ns_file.read_text().strip() if ns_file.exists() else "default")
+            ctx_name = "(in-cluster)"
+            if flags.token:
+                configuration.api_key = {"authorization": "Bearer " + flags.token}
+        else:
+            if not paths and not flags.server:
+                raise KubeConfigError(
+                    "no kubeconfig found: set KUBECONFIG, pass --kubeconfig, or create ~/.kube/config"
+                )
+            merged = merge_kubeconfigs(paths)
+            cfg, ctx_name, namespace = apply_overrides(merged, flags)
+            try:
+                config.load_kube_config_from_dict(
+                    cfg, context="kvreset", client_configuration=configuration, persist_config=False
+                )
+            except (config.ConfigException, ValueError, OSError) as exc:
+                raise KubeConfigError(f"kubeconfig context {ctx_name!r} is unusable: {exc}") from exc
+        configuration.connection_pool_maxsize = max(pool_size, 4)
+        configuration.retries = False
+        api_client = client.ApiClient(configuration)
+        headers: dict[str, str] = {"User-Agent": "kubectl-kvreset"}
+        if flags.impersonate:
+            headers["Impersonate-User"] = flags.impersonate
+        kube = cls(
+            host=configuration.host.rstrip("/"),
+            namespace=namespace,
+            context=ctx_name,
+            timeout_s=timeout,
+            _api_client=api_client,
+            _headers=headers,
+            _impersonate_groups=flags.impersonate_groups,
+        )
+        return kube
+
+    def with_timeout(self, timeout_s: float | None) -> Kube:
+        """A view of this connection whose requests use another bound (same pool)."""
+        return replace(self, timeout_s=timeout_s)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: bytes | None = None,
+        content_type: str | None = None,
+        accept: str = "application/json",
+        timeout_s: float | None | bool = False,
+    ) -> HttpAnswer:
+        """Send one request to the API server and return its answer whatever the status.
+
+        ``path`` is the URL path (already percent-encoded where needed); ``timeout_s`` False
+        means the connection's bound. Never retries.
+
+        Raises:
+            KubeConnectionError: connection refused, TLS failure, or the bound was hit.
+        """
+        import urllib3
+
+        headers = dict(self._headers)
+        headers["Accept"] = accept
+        if content_type:
+            headers["Content-Type"] = content_type
+        auth_query: list[tuple[str, str]] = []
+        self._api_client.update_params_for_auth(headers, auth_query, ["BearerToken"])
+        url = self.host + path
+        if query:
+            url += "?" + urlencode(list(query))
+        bound = self.timeout_s if timeout_s is False else timeout_s
+        timeout = urllib3.Timeout(total=bound) if bound else urllib3.Timeout(connect=30.0)
+        pool = self._api_client.rest_client.pool_manager
+        if self._impersonate_groups:
+            # urllib3 headers are a mapping: several Impersonate-Group values join with commas
+            headers["Impersonate-Group"] = ",".join(self._impersonate_groups)
+        with self._lock:
+            self.requests_made += 1
+        try:
+            r = pool.request(method, url, body=body, headers=headers, timeout=timeout, retries=False, preload_content=True)
+        except urllib3.exceptions.TimeoutError as exc:
+            raise KubeConnectionError(f"{method} {path}: no answer within {bound:g} s (--request-timeout)") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise KubeConnectionError(f"cannot reach the API server at {self.host}: {_short(exc)}") from exc
+        hdrs = {k.lower(): v for k, v in r.headers.items()}
+        data: bytes = r.data or b""
+        return HttpAnswer(r.status, hdrs, data, from_apiserver=r.status >= 400 and is_apiserver_status(data, hdrs))
+
+    def get_json(self, path: str, *, query: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+        """GET an API path and decode its JSON.
+
+        Raises:
+            KubeApiError: a non-2xx answer (with the ``Status`` reason and message).
+            KubeConnectionError: see :meth:`request`.
+        """
+        answer = self.request("GET", path, query=query)
+        return self._decode(answer, "GET", path)
+
+    def send_json(self, method: str, path: str, body: Any, *, content_type: str = "application/json",
+                  query: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+        """Send a JSON body (POST, PUT, PATCH with its patch content type) and decode the answer.
+
+        Raises:
+            KubeApiError, KubeConnectionError: as :meth:`get_json`.
+        """
+        answer = self.request(method, path, query=query, body=json.dumps(body).encode(), content_type=content_type)
+        return self._decode(answer, method, path)
+
+    @staticmethod
+    def _decode(answer: HttpAnswer, method: str, path: str) -> dict[str, Any]:
+        if answer.status >= 300:
+            reason, message = status_message(answer.body)
+            raise KubeApiError(answer.status, reason or _http_reason(answer.status), message or f"{method} {path}", answer.body)
+        try:
+            doc = json.loads(answer.body)
+        except ValueError as exc:
+            raise KubeApiError(answer.status, "BadResponse", f"{method} {path}: answer is not JSON", answer.body) from exc
+        if not isinstance(doc, dict):
+            raise KubeApiError(answer.status, "BadResponse", f"{method} {path}: answer is not an object", answer.body)
+        return doc
+
+    def list_items(self, group_version: str, plural: str, namespace: str | None,
+                   *, label_selector: str | None = None, field_selector: str | None = None) -> list[dict[str, Any]]:
+        """List objects of one resource: ``group_version`` ``"v1"`` or ``"apps/v1"``; ``namespace``
+        None lists across all namespaces. Returns the ``items`` (each with ``kind`` filled in).
+
+        Raises:
+            KubeApiError, KubeConnectionError: as :meth:`get_json`.
+        """
+        path = resource_path(group_version, plural, namespace)
+        query: list[tuple[str, str]] = []
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        doc = self.get_json(path, query=query)
+        kind = str(doc.get("kind", "")).removesuffix("List")
+        items: list[dict[str, Any]] = doc.get("items") or []
+        for item in items:
+            item.setdefault("kind", kind)
+        return items
+
+    def get_object(self, group_version: str, plural: str, namespace: str | None, name: str) -> dict[str, Any]:
+        """GET one object by name.
+
+        Raises:
+            KubeApiError: 404 ``NotFound`` when absent, 403 ``Forbidden``; KubeConnectionError.
+        """
+        return self.get_json(resource_path(group_version, plural, namespace) + "/" + quote(name, safe=""))
+
+    def pod_proxy(self, namespace: str, pod: str, port: int, method: str, path: str,
+                  query: Sequence[tuple[str, str]] = (), *, scheme: str = "http",
+                  body: bytes | None = None, timeout_s: float | None | bool = False) -> HttpAnswer:
+        """Send an HTTP request to ``pod:port`` through the API server's pod proxy.
+
+        ``path`` starts with ``/`` (e.g. ``/reset_prefix_cache``); ``query`` is sent as the
+        proxied request's query string. URL form ``/api/v1/namespaces/NS/pods/[https:]POD:PORT/proxy/PATH``
+        (kubernetes PR #14876). The answer is the pod's own unless ``from_apiserver``.
+        RBAC: ``create`` on ``pods/proxy`` for POST, ``get`` for GET.
+
+        Raises:
+            KubeConnectionError: the API server itself could not be reached in time.
+        """
+        target = f"{scheme}:{pod}:{port}" if scheme == "https" else f"{pod}:{port}"
+        url = (
+            f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(target, safe=':')}/proxy"
+            + quote(path, safe="/")
+        )
+        return self.request(method, url, query=query, body=body, accept="*/*", timeout_s=timeout_s)
+
+
+def resource_path(group_version: str, plural: str, namespace: str | None) -> str:
+    """The REST path of a resource collection, e.g. ``/apis/apps/v1/namespaces/ns/deployments``."""
+    base = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
+    if namespace:
+        return f"{base}/namespaces/{quote(namespace, safe='')}/{plural}"
+    return f"{base}/{plural}"
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    if "Connection refused" in text:
+        return "connection refused"
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return "TLS certificate verification failed (check certificate-authority or --insecure-skip-tls-verify)"
+    return text.split(": ", 1)[-1][:200]
+
+
+def _http_reason(status: int) -> str:
+    from http import HTTPStatus
+
+    try:
+        return HTTPStatus(status).phrase.replace(" ", "")
+    except ValueError:
+        return "Error"

@@ -1,0 +1,238 @@
+"""What vLLM's HTTP answers mean, per version. Pure: no I/O.
+
+Sources (vLLM ``vllm/entrypoints/serve/dev/cache/api_router.py`` and its predecessors in
+``vllm/entrypoints/openai/api_server.py``; see the route history in the project's research on
+vLLM): ``POST /reset_prefix_cache`` answers an empty 200 before 0.26 whatever happened, and
+``{"success": bool}`` from 0.26 (vllm PR #46893); ``success: false`` means blocks are still
+held (running requests, in-flight offload transfers) and the caller may retry; the dev routes
+are absent (404) unless ``VLLM_SERVER_DEV_MODE`` is a non-zero integer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from packaging.version import InvalidVersion, Version
+
+#: First vLLM release whose reset answer carries ``{"success": bool}`` (vllm PR #46893).
+JSON_RESET_BODY_SINCE = Version("0.26.0")
+#: ``reset_external`` query parameter (vllm PR #27170).
+RESET_EXTERNAL_SINCE = Version("0.13.0")
+#: ``reset_running_requests`` query parameter (vllm PR #28827).
+RESET_RUNNING_SINCE = Version("0.12.0")
+#: ``POST /reset_mm_cache`` (absent in 0.11.0, present in 0.11.1).
+RESET_MM_SINCE = Version("0.11.1")
+#: ``POST /reset_encoder_cache`` (present from 0.16.0 among checked releases).
+RESET_ENCODER_SINCE = Version("0.16.0")
+
+
+class ResetOutcome(str, Enum):
+    """How one reset call ended, as the caller should read it."""
+
+    CLEARED = "cleared"          # {"success": true}
+    UNCONFIRMED = "unconfirmed"  # empty 200 (vLLM < 0.26): done, result unknown
+    BUSY = "busy"                # {"success": false}: blocks still held, retry
+    DEV_MODE_OFF = "dev-mode-off"  # 404 from vLLM: the dev routes are not mounted
+    SERVER_ERROR = "server-error"  # vLLM's own 5xx (engine error, forced reset failed)
+    BAD_REQUEST = "bad-request"    # 400/405/422: this client sent something that vLLM refused
+    UNEXPECTED = "unexpected"      # anything else
+
+
+@dataclass(frozen=True)
+class ResetAnswer:
+    """The meaning of one reset answer: ``outcome``, a short ``detail`` for the report and
+    whether repeating the (idempotent) call may help (``retryable``)."""
+
+    outcome: ResetOutcome
+    detail: str
+    retryable: bool
+
+
+def parse_version(text: str | None) -> Version | None:
+    """Parse a vLLM version string (``"0.26.0"``, ``"0.23.1.dev42+gabc"``) with PEP 440 rules.
+
+    Returns None for anything that does not parse (``"dev"``, a fork's name): callers treat
+    None as the oldest behaviour.
+    """
+    if not text:
+        return None
+    try:
+        return Version(text.strip().lstrip("v"))
+    except InvalidVersion:
+        return None
+
+
+def version_from_body(body: bytes) -> str | None:
+    """The ``version`` field of ``GET /version`` (``{"version": "0.33.0"}``), or None."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(doc, dict) and isinstance(doc.get("version"), str):
+        return str(doc["version"])
+    return None
+
+
+def reset_query(version: Version | None, *, reset_external: bool = True,
+                reset_running_requests: bool = False) -> list[tuple[str, str]]:
+    """Query parameters of ``POST /reset_prefix_cache`` for this version.
+
+    ``reset_external=true`` is always sent when asked (an older server ignores an unknown
+    parameter, so a failed version probe costs nothing); ``reset_running_requests=true`` only
+    when the user allowed preempting running requests.
+    """
+    query: list[tuple[str, str]] = []
+    if reset_external:
+        query.append(("reset_external", "true"))
+    if reset_running_requests:
+        query.append(("reset_running_requests", "true"))
+    return query
+
+
+def extra_reset_routes(version: Version | None) -> tuple[str, ...]:
+    """The other cache-reset dev routes this version serves: ``/reset_mm_cache`` (>= 0.11.1),
+    ``/reset_encoder_cache`` (>= 0.16.0). Unknown version: none."""
+    if version is None:
+        return ()
+    routes: list[str] = []
+    if version >= RESET_MM_SINCE:
+        routes.append("/reset_mm_cache")
+    if version >= RESET_ENCODER_SINCE:
+        routes.append("/reset_encoder_cache")
+    return tuple(routes)
+
+
+def read_reset_answer(status: int, body: bytes, headers: Mapping[str, str] | None = None) -> ResetAnswer:
+    """Read vLLM's answer to ``POST /reset_prefix_cache`` (or another reset route).
+
+    200 + ``{"success": true}`` -> CLEARED; ``{"success": false}`` -> BUSY (retryable);
+    200 with an empty body -> UNCONFIRMED (vLLM < 0.26 answers so whatever happened);
+    404 -> DEV_MODE_OFF; 5xx -> SERVER_ERROR (retryable: the reset is idempotent);
+    400/405/422 -> BAD_REQUEST. The answer must be vLLM's own, not the API server's Status.
+    """
+    text = body.decode("utf-8", "replace").strip()
+    if status == 200:
+        if not text:
+            return ResetAnswer(ResetOutcome.UNCONFIRMED, "empty 200: vLLM < 0.26 does not say whether the reset worked", False)
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return ResetAnswer(ResetOutcome.UNEXPECTED, f"200 with a body that is not JSON: {text[:80]}", False)
+        if isinstance(doc, dict) and doc.get("success") is True:
+            return ResetAnswer(ResetOutcome.CLEARED, "success", False)
+        if isinstance(doc, dict) and doc.get("success") is False:
+            return ResetAnswer(ResetOutcome.BUSY, "vLLM answered success:false (blocks still held by running requests or transfers)", True)
+        return ResetAnswer(ResetOutcome.UNEXPECTED, f"200 with an unexpected body: {text[:80]}", False)
+    if status == 404:
+        return ResetAnswer(ResetOutcome.DEV_MODE_OFF, "404: the dev routes are off (VLLM_SERVER_DEV_MODE is not set to 1)", False)
+    if status >= 500:
+        return ResetAnswer(ResetOutcome.SERVER_ERROR, f"vLLM answered {status}: {_error_text(text)}", True)
+    if status in (400, 405, 422):
+        return ResetAnswer(ResetOutcome.BAD_REQUEST, f"vLLM refused the request ({status}): {_error_text(text)}", False)
+    return ResetAnswer(ResetOutcome.UNEXPECTED, f"vLLM answered {status}: {_error_text(text)}", False)
+
+
+def _error_text(text: str) -> str:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return text[:120] or "(empty body)"
+    if isinstance(doc, dict):
+        err = doc.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:160]
+        if doc.get("detail"):
+            return str(doc["detail"])[:160]
+    return text[:120]
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """KV-cache figures of one engine from one ``/metrics`` scrape.
+
+    ``engine`` is the ``engine`` label (``"0"``; ``""`` where the version has none).
+    ``usage`` is a fraction 0..1 from ``usage_metric`` (``vllm:kv_cache_usage_perc``, or the
+    older ``vllm:gpu_cache_usage_perc`` where only that is exported); ``cpu_offload_usage`` is
+    ``vllm:kv_offload_cpu_cache_usage_perc`` (the fraction of the CPU tier pinned by transfers,
+    not occupancy). Counters are token counts since start. None = the family is absent.
+    """
+
+    engine: str
+    model: str | None
+    usage: float | None
+    usage_metric: str | None
+    cpu_offload_usage: float | None
+    prefix_hits: float | None
+    prefix_queries: float | None
+    external_hits: float | None
+    external_queries: float | None
+
+
+_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+_COUNTERS = {
+    "prefix_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
+    "prefix_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
+    "external_hits": ("vllm:external_prefix_cache_hits",),
+    "external_queries": ("vllm:external_prefix_cache_queries",),
+}
+
+
+class MetricsParseError(ValueError):
+    """The ``/metrics`` body is not Prometheus text exposition format."""
+
+
+def parse_metrics(text: str) -> list[EngineMetrics]:
+    """Parse a vLLM ``/metrics`` scrape into one :class:`EngineMetrics` per ``engine`` label.
+
+    Uses prometheus_client's text parser (which strips ``_total`` from counter family names).
+    The usage family is chosen by what the scrape holds, not by version: the newer name when
+    present, else the older. Engines are ordered by label (numerically when numeric).
+
+    Raises:
+        MetricsParseError: the text cannot be parsed.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values: dict[str, dict[str, float]] = {}
+    models: dict[str, str] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            name = family.name
+            for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue
+                engine = sample.labels.get("engine", "")
+                if "model_name" in sample.labels:
+                    models.setdefault(engine, sample.labels["model_name"])
+                if name in _USAGE or name == "vllm:kv_offload_cpu_cache_usage_perc" or any(name in v for v in _COUNTERS.values()):
+                    bucket = values.setdefault(engine, {})
+                    bucket[name] = bucket.get(name, 0.0) + float(sample.value)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise MetricsParseError(f"not Prometheus text format: {exc}") from exc
+
+    def pick(bucket: Mapping[str, float], names: Sequence[str]) -> tuple[float | None, str | None]:
+        for n in names:
+            if n in bucket:
+                return bucket[n], n
+        return None, None
+
+    out: list[EngineMetrics] = []
+    for engine in sorted(values, key=lambda e: (not e.isdigit(), int(e) if e.isdigit() else 0, e)):
+        bucket = values[engine]
+        usage, usage_name = pick(bucket, _USAGE)
+        counters = {k: pick(bucket, v)[0] for k, v in _COUNTERS.items()}
+        out.append(EngineMetrics(
+            engine=engine,
+            model=models.get(engine),
+            usage=usage,
+            usage_metric=usage_name,
+            cpu_offload_usage=bucket.get("vllm:kv_offload_cpu_cache_usage_perc"),
+            prefix_hits=counters["prefix_hits"],
+            prefix_queries=counters["prefix_queries"],
+            external_hits=counters["external_hits"],
+            external_queries=counters["external_queries"],
+        ))
+    return out
