@@ -243,12 +243,12 @@ def matched_label(labels: Mapping[str, str]) -> str | None:
 def _is_ready(pod: Mapping[str, Any]) -> bool:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
+            return bool(cond.get("status") == "True")
     return False
 
 
 def _sidecar(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    candidates = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    candidates: list[Mapping[str, Any]] = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
     candidates += list(spec.get("containers") or [])
     for c in candidates:
         if _SIDECAR_IMAGE.search(str(c.get("image", ""))) or c.get("name") in ("routing-proxy", "llm-d-routing-sidecar"):

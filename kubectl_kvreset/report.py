@@ -89,7 +89,7 @@ def cell(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:.4g}"
     if isinstance(value, (list, tuple)):
         return ",".join(cell(v) for v in value)
     if isinstance(value, Mapping):

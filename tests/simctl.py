@@ -89,8 +89,10 @@ class SimCluster:
         reader.start()
         reader.join(timeout)
         if not box or box[0].strip() != "ready":
+            self.log.flush()
+            log = (self.tmp / "sim.log").read_text()[-3000:]
             self.stop()
-            raise RuntimeError(f"simulator did not start: {box!r}\n{(self.tmp / 'sim.log').read_text()[-3000:]}")
+            raise RuntimeError(f"simulator did not start: {box!r}\n{log}")
 
     def api(self, path: str, method: str = "GET", body: Any = None, token: str | None = None) -> Any:
         """Call the simulator's API with the admin token; returns decoded JSON."""

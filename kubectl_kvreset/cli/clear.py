@@ -70,7 +70,7 @@ def command(**params: Any) -> None:
 
     probed = list(parallel(pods, probe, params["max_concurrency"]))
     plans = []
-    for pod, got in zip(pods, probed):
+    for pod, got in zip(pods, probed, strict=True):
         version_text = got if isinstance(got, str) else None
         version = parse_version(version_text)
         effects = api_reset_effects(pod.layout, version, reset_external=True)
@@ -90,7 +90,7 @@ def command(**params: Any) -> None:
     units = [(plan, port) for plan in plans for port in plan.pod.ports]
     results = list(parallel(units, lambda u: reset_port(ctx.kube, u[0], u[1], busy_timeout), params["max_concurrency"]))
     report = Report("CacheReset", result_columns(ctx.scope))
-    for (plan, port), outcome in zip(units, results):
+    for (plan, port), outcome in zip(units, results, strict=True):
         row, code = result_row(plan, port, outcome)
         report.add(row, code)
     for plan in plans:

@@ -63,7 +63,7 @@ def command(**params: Any) -> None:
         return probe_version(ctx.kube, pod.namespace, pod.name, first.port, scheme=first.scheme)
 
     versions = parallel(ctx.pods, probe, params["max_concurrency"])
-    for pod, version in zip(ctx.pods, versions):
+    for pod, version in zip(ctx.pods, versions, strict=True):
         notes = list(pod.notes)
         code = ExitCode.OK
         if isinstance(version, CallFailure):
@@ -90,6 +90,7 @@ def command(**params: Any) -> None:
             "ready": pod.ready,
             "phase": pod.phase,
             "matched_by": pod.matched_by,
+            "argv": list(pod.serve.argv),
             "notes": notes,
         }, code)
     emit(report, params["output"], empty_message="No vLLM server pods found.")

@@ -61,7 +61,7 @@ def command(**params: Any) -> None:
     units = [(pod, port) for pod in ctx.pods for port in pod.ports]
     scraped = parallel(units, lambda u: fetch_metrics(ctx.kube, u[0].namespace, u[0].name, u[1].port,
                                                       scheme=u[1].scheme), params["max_concurrency"])
-    for (pod, port), got in zip(units, scraped):
+    for (pod, port), got in zip(units, scraped, strict=True):
         base = {"namespace": pod.namespace, "pod": pod.name, "port": port.port, "role": pod.role}
         engines = []
         error = got.error

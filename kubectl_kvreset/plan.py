@@ -1,0 +1,224 @@
+"""What vLLM's ``POST /reset_prefix_cache?reset_external=true`` empties, per tier.
+
+Pure. The version/connector/spec rules are DATA (:data:`RESET_RULES`), walked by
+:func:`api_reset_effects`; extend the table, not the function. Facts from research/vllm.md §3.2
+and §6 (authoritative on vLLM), research/llmd.md §3.3, research/lmcache.md §4-§5.
+
+A version that does not parse (``dev``, a fork) is passed as None and gets the oldest behaviour
+(DESIGN §1): only rules without a minimum version apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.version import Version
+
+from kubectl_kvreset.tiers import KVLayout, Tier, TierKind
+
+__all__ = [
+    "REMEDY_CLEAR_FS",
+    "REMEDY_RESTART",
+    "RESET_EXTERNAL_MIN_VERSION",
+    "RESET_RULES",
+    "ResetRule",
+    "TierEffect",
+    "api_reset_effects",
+]
+
+REMEDY_CLEAR_FS = "clear-fs"
+REMEDY_RESTART = "restart"
+
+#: ``reset_external`` (the connector reset hook) exists from vLLM 0.13 (vllm PR #27170); older
+#: servers ignore the query parameter and reset only the GPU prefix cache.
+RESET_EXTERNAL_MIN_VERSION = Version("0.13.0")
+
+
+@dataclass(frozen=True)
+class ResetRule:
+    """One row of the reset-effect table.
+
+    A rule matches a tier when ``kind`` equals the tier's kind and ``connector``/``spec`` are
+    None (any) or equal the tier's. Among matching rules whose ``min_version`` is None or
+    <= the server's version, the most specific (connector and spec given) with the highest
+    ``min_version`` decides.
+
+    Attributes:
+        kind: tier kind.
+        connector: connector name, or None for any.
+        spec: OffloadingConnector spec name, or None for any.
+        min_version: first vLLM version the rule holds for; None = every version.
+        emptied: whether the API reset (with ``reset_external=true``) empties the tier.
+        remedy: the step that empties the tier when the API does not (``"restart"``,
+            ``"clear-fs"``) or None when no pod-side step does (shared stores).
+        source: the rule in words with its source (vLLM file / PR).
+        connector_hook: the rule depends on the connector reset hook, so it needs
+            ``reset_external=true`` and vLLM >= 0.13.
+    """
+
+    kind: TierKind
+    connector: str | None
+    spec: str | None
+    min_version: Version | None
+    emptied: bool
+    remedy: str | None
+    source: str
+    connector_hook: bool = True
+
+    def matches(self, tier: Tier) -> bool:
+        """Does this rule describe ``tier`` (ignoring the version)?"""
+        return (self.kind == tier.kind
+                and (self.connector is None or self.connector == tier.connector)
+                and (self.spec is None or self.spec == tier.spec))
+
+    def specificity(self) -> int:
+        """2 for connector+spec, 1 for connector only, 0 for a kind-wide default."""
+        return (self.connector is not None) + (self.spec is not None)
+
+
+_V = Version
+
+#: The table. Order does not matter; see :class:`ResetRule` for how one is picked.
+RESET_RULES: tuple[ResetRule, ...] = (
+    # GPU prefix cache: the local reset (vllm/v1/core/block_pool.py::reset_prefix_cache).
+    ResetRule(TierKind.GPU, None, None, None, True, REMEDY_RESTART,
+              "the local prefix-cache reset drops every cached GPU block "
+              "(vllm/v1/core/block_pool.py::reset_prefix_cache)", connector_hook=False),
+    # CPU tiers: kind-wide default.
+    ResetRule(TierKind.CPU, None, None, None, False, REMEDY_RESTART,
+              "this connector implements no reset_cache hook (KVConnectorBase_V1.reset_cache "
+              "is a no-op); the CPU tier lives in the pod and a restart empties it"),
+    # OffloadingConnector, CPU spec (default spec; also what --kv-offloading-size native makes).
+    ResetRule(TierKind.CPU, "OffloadingConnector", "CPUOffloadingSpec", None, False,
+              REMEDY_RESTART,
+              "OffloadingConnector.reset_cache is a no-op before vLLM 0.22"),
+    ResetRule(TierKind.CPU, "OffloadingConnector", "CPUOffloadingSpec", _V("0.22.0"), True,
+              REMEDY_RESTART,
+              "OffloadingConnector with CPUOffloadingSpec resets its CPU tier from vLLM 0.22 "
+              "(CPUOffloadingManager.reset_cache, vllm/v1/kv_offload/cpu/manager.py)"),
+    # OffloadingConnector, TieringOffloadingSpec: the CPU primary tier.
+    ResetRule(TierKind.CPU, "OffloadingConnector", "TieringOffloadingSpec", None, False,
+              REMEDY_RESTART,
+              "TieringOffloadingManager has no reset_cache before vLLM 0.24: not even its CPU "
+              "tier is reset"),
+    ResetRule(TierKind.CPU, "OffloadingConnector", "TieringOffloadingSpec", _V("0.24.0"), True,
+              REMEDY_RESTART,
+              "TieringOffloadingSpec resets its CPU tier from vLLM 0.24 (vllm PR #44541)"),
+    # SimpleCPUOffloadConnector.
+    ResetRule(TierKind.CPU, "SimpleCPUOffloadConnector", None, None, False, REMEDY_RESTART,
+              "SimpleCPUOffloadConnector has no reset_cache before vLLM 0.20"),
+    ResetRule(TierKind.CPU, "SimpleCPUOffloadConnector", None, _V("0.20.0"), True,
+              REMEDY_RESTART,
+              "SimpleCPUOffloadConnector resets its CPU tier from vLLM 0.20 "
+              "(scheduler_manager.reset(); vllm PR #39726)"),
+    # LMCache (in-process): no hook in vLLM's wrapper.
+    ResetRule(TierKind.CPU, "LMCacheConnectorV1", None, None, False, REMEDY_RESTART,
+              "LMCache connectors do not implement reset_cache (LMCache PR #4993 closed "
+              "unmerged); LMCache's local CPU tier lives in the vLLM process"),
+    ResetRule(TierKind.CPU, "LMCacheConnectorV1Dynamic", None, None, False, REMEDY_RESTART,
+              "LMCache connectors do not implement reset_cache; LMCache's local CPU tier lives "
+              "in the vLLM process"),
+    # FS tiers: never.
+    ResetRule(TierKind.FS, None, None, None, False, REMEDY_CLEAR_FS,
+              "vLLM never deletes FS-tier files; TieringOffloadingManager.reset_cache leaves "
+              "secondary tiers by design (vllm PR #44541)", connector_hook=False),
+    ResetRule(TierKind.FS, "OffloadingConnector", "SharedStorageOffloadingSpec", None, False,
+              REMEDY_CLEAR_FS,
+              "llm-d's legacy SharedStorageOffloadingSpec (llmd_fs_backend) never deletes its "
+              "files ('not responsible for cleanup')", connector_hook=False),
+    ResetRule(TierKind.FS, "LMCacheConnectorV1", None, None, False, REMEDY_CLEAR_FS,
+              "LMCache's LocalDiskBackend has no clear() and vLLM's LMCache wrapper no "
+              "reset_cache", connector_hook=False),
+    # Shared stores: outside the pods; a restart does not clear them.
+    ResetRule(TierKind.SHARED, None, None, None, False, None,
+              "a store outside the pods: the API reset does not reach it and a pod restart "
+              "does not clear it", connector_hook=False),
+    ResetRule(TierKind.SHARED, "MooncakeStoreConnector", None, None, False, None,
+              "MooncakeStoreConnector has no reset_cache before vLLM 0.23; the Mooncake store "
+              "is outside the pods and a pod restart does not clear it"),
+    ResetRule(TierKind.SHARED, "MooncakeStoreConnector", None, _V("0.23.0"), True, None,
+              "MooncakeStoreConnector's reset hook runs remove_all on the Mooncake master from "
+              "vLLM 0.23 (vllm PR #42694): it empties the whole shared store, for EVERY "
+              "instance using it"),
+    ResetRule(TierKind.SHARED, "LMCacheMPConnector", None, None, False, None,
+              "vLLM's LMCacheMPConnector does not implement reset_cache (LMCache's own copy "
+              "clears L1 from lmcache 0.5.6 only when loaded via kv_connector_module_path); "
+              "the LMCache server is outside the pods and a pod restart does not clear it"),
+)
+
+
+@dataclass(frozen=True)
+class TierEffect:
+    """What the API reset does to one tier.
+
+    Attributes:
+        tier: the tier.
+        emptied_by_api_reset: True when ``POST /reset_prefix_cache`` (with ``reset_external``
+            as asked) empties it on this vLLM version.
+        reason: why, with the rule's source.
+        remedy: when not emptied, the step that would empty it (``"clear-fs"``, ``"restart"``)
+            or None (shared stores: outside the pods); None when emptied.
+    """
+
+    tier: Tier
+    emptied_by_api_reset: bool
+    reason: str
+    remedy: str | None
+
+
+def _pick_rule(tier: Tier, version: Version | None,
+               rules: tuple[ResetRule, ...]) -> ResetRule | None:
+    """The rule that decides ``tier`` on ``version`` (see :class:`ResetRule`)."""
+    best: ResetRule | None = None
+    best_key: tuple[int, Version] | None = None
+    floor = Version("0")
+    for rule in rules:
+        if not rule.matches(tier):
+            continue
+        if rule.min_version is not None and (version is None or version < rule.min_version):
+            continue
+        key = (rule.specificity(), rule.min_version or floor)
+        if best_key is None or key > best_key:
+            best, best_key = rule, key
+    return best
+
+
+def api_reset_effects(
+    layout: KVLayout,
+    version: Version | None,
+    *,
+    reset_external: bool = True,
+    rules: tuple[ResetRule, ...] = RESET_RULES,
+) -> tuple[TierEffect, ...]:
+    """For each tier of ``layout``, whether the API reset empties it on ``version``.
+
+    Args:
+        layout: the server's tiers (:func:`kubectl_kvreset.tiers.layout_from_serve`).
+        version: the server's vLLM version; None (unknown, ``dev``, a fork) = oldest behaviour.
+        reset_external: whether the reset is sent with ``reset_external=true``.
+        rules: the rule table (default :data:`RESET_RULES`).
+
+    Returns:
+        One :class:`TierEffect` per tier, in the layout's order.
+    """
+    effects: list[TierEffect] = []
+    hook_available = version is not None and version >= RESET_EXTERNAL_MIN_VERSION
+    for tier in layout.tiers:
+        rule = _pick_rule(tier, version, rules)
+        if rule is None:  # pragma: no cover - every kind has a default rule
+            effects.append(TierEffect(tier, False, "no rule for this tier", REMEDY_RESTART))
+            continue
+        emptied, reason = rule.emptied, rule.source
+        if rule.connector_hook and not reset_external:
+            emptied = False
+            reason = ("reset sent without reset_external=true: connector-managed tiers are "
+                      "left as they are; " + rule.source)
+        elif rule.connector_hook and not hook_available:
+            emptied = False
+            reason = ("vLLM before 0.13 (an unknown version counts as the oldest) ignores "
+                      "reset_external (vllm PR #27170): no connector tier is reset; "
+                      + rule.source)
+        remedy = None if emptied else rule.remedy
+        effects.append(TierEffect(tier=tier, emptied_by_api_reset=emptied, reason=reason,
+                                  remedy=remedy))
+    return tuple(effects)

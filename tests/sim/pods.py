@@ -1,0 +1,366 @@
+"""The runtime of one simulated pod: what its containers exec, and the servers on its ports.
+
+The API server (tests/sim/server.py) creates one :class:`PodRuntime` per pod, calls
+:meth:`PodRuntime.start` once, routes pod-proxy / exec / port-forward HTTP requests to
+:meth:`PodRuntime.request` and merges :meth:`PodRuntime.state` into ``/sim/v1/state``.
+
+How a pod's servers are found (DESIGN.md §4):
+
+1. For every container (and every init container with ``restartPolicy: Always``, a native
+   sidecar) the argv it would exec is built: ``command`` + ``args`` with ``$(VAR)`` expansion, or
+   the image's entrypoint + ``args`` (tests/sim/images.py).
+2. With ``sandbox=True`` the argv runs for real under bubblewrap (tests/sim/sandbox.py) where
+   ``vllm`` / ``python3 -m vllm.entrypoints...`` are recorders; the recorded argv is what vLLM
+   would have received. With ``sandbox=False`` nothing runs: ``overrides["ports"]`` decide, else
+   a literal ``vllm serve`` / ``api_server`` argv is read as written (a shell script is not
+   interpreted).
+3. The recorded argv is read by tests/sim/serveargs.py (ports, DP multi-port, connectors, tiers)
+   and one :class:`tests.sim.fakevllm.FakeVLLM` answers on each API port. Routing sidecars
+   (recognised by image name) are emulated by tests/sim/sidecar.py.
+4. Caches start warm: GPU prefix blocks, CPU offload blocks where a CPU tier exists, a few files in
+   every FS tier root (vLLM's ``vllm/v1/kv_offload/file_mapper.py`` layout, research/vllm.md
+   §3.1), and ``/dev/shm/vllm_offload_<engine_id>.mmap`` for a CPU tier on vLLM >= 0.20.
+
+Per-pod ``overrides`` (all optional; the scenario file passes them through):
+
+- ``vllm_version`` (str): the version every fake vLLM of the pod claims.
+- ``dev_mode`` (``"on"|"off"|"invalid"``): edits VLLM_SERVER_DEV_MODE in the vLLM container's env
+  before anything runs (on: ``"1"``, off: removed, invalid: ``"true"`` -> crash loop).
+- ``busy`` (int): the first N reset calls on each vLLM port find blocks still held
+  (``success:false`` on >= 0.26; an empty 200 that did nothing before); ``reset_running_requests=
+  true`` preempts and succeeds unless ``busy_forced`` (bool) is set, then 500.
+- ``reset_delay_ms`` (int): every reset call sleeps this long (outside locks).
+- ``metrics_status`` (int): ``/metrics`` answers this HTTP status (e.g. 500).
+- ``ports`` (list of int): API ports to serve when the command is not run (``sandbox=False``).
+- ``warm_blocks`` (int, default 512): GPU prefix-cache blocks at start;
+  ``warm_cpu_blocks`` (int, default 4 x warm_blocks): CPU offload blocks at start.
+- ``fs_files`` (int, default 4): block files each FS tier root gets at start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from packaging.version import Version
+
+from .fakevllm import FakeVLLM, Response, dev_mode_state, parse_version
+from .images import DEFAULT_VERSION, image_entrypoint, image_vllm_version, is_sidecar_image
+from .sandbox import Bind, container_host_path, run_recorded, volume_binds
+from .serveargs import ConnectorInfo, ServeArgs, container_argv, expand_k8s_vars, parse_sidecar_args, parse_vllm_argv
+from .sidecar import RoutingSidecar
+
+__all__ = ["PodContext", "PodRuntime"]
+
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
+
+
+@dataclass
+class PodContext:
+    """Everything a pod runtime needs, provided by the API server.
+
+    ``spec``: the pod ``.spec`` as stored; ``env_by_container``: resolved env per container name
+    (a var whose Secret/ConfigMap is missing is absent); ``volume_dirs``: volume name -> host
+    directory (PVC dirs shared between pods, emptyDir per pod, hostPath; other kinds absent);
+    ``shm_dir``: per-pod host dir for /dev/shm; ``work_dir``: per-pod scratch; ``overrides``:
+    scenario overrides (see module docstring); ``default_version``: ``serve --vllm-version``
+    (beats the image, loses to ``overrides["vllm_version"]``); ``sandbox``: run commands under
+    bubblewrap (False: never run them).
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    pod_ip: str
+    spec: dict[str, Any]
+    env_by_container: dict[str, dict[str, str]]
+    volume_dirs: dict[str, Path]
+    shm_dir: Path
+    work_dir: Path
+    overrides: dict[str, Any] = field(default_factory=dict)
+    default_version: str | None = None
+    sandbox: bool = True
+
+
+@dataclass
+class _Server:
+    container: str
+    args: ServeArgs
+    binds: list[Bind]
+    env: dict[str, str]
+    image: str
+
+
+def _mentions_vllm(container: dict[str, Any]) -> bool:
+    text = " ".join(str(x) for x in (container.get("command") or []) + (container.get("args") or []))
+    return "vllm" in text or image_entrypoint(str(container.get("image") or "")) is not None
+
+
+class PodRuntime:
+    """The simulated processes of one pod (see module docstring). Thread-safe after start()."""
+
+    def __init__(self, ctx: PodContext) -> None:
+        self.ctx = ctx
+        self._lock = threading.Lock()
+        self._ports: dict[int, FakeVLLM | RoutingSidecar] = {}
+        self._crashed = False
+        self._started = False
+        self._stopped = False
+        self._recorded: dict[str, list[str]] = {}
+        self._env: dict[str, dict[str, str]] = {}
+        self._vllm_container: str | None = None
+        self._servers: list[_Server] = []
+        self._version = DEFAULT_VERSION
+        self._dev = "off"
+        self._fs_roots: list[tuple[str, Path]] = []
+        self._shm_host: Path = ctx.shm_dir
+        self.notes: list[str] = []
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Record every container's argv, build the fake vLLMs and sidecars, warm the caches.
+
+        Never raises for odd specs: a container that cannot be read serves nothing and the reason
+        is kept in ``notes`` (exposed in :meth:`state`).
+        """
+        try:
+            self._start()
+        except Exception as exc:  # noqa: BLE001 - a pod must never take the server down
+            self.notes.append(f"start failed: {type(exc).__name__}: {exc}")
+        finally:
+            self._started = True
+
+    def _start(self) -> None:
+        ctx, spec = self.ctx, self.ctx.spec or {}
+        containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+        sidecars = [
+            c for c in spec.get("initContainers") or []
+            if isinstance(c, dict) and c.get("restartPolicy") == "Always"
+        ]
+        ports: dict[int, FakeVLLM | RoutingSidecar] = {}
+        sidecar_specs: list[tuple[str, Any]] = []
+
+        for c in sidecars + containers:
+            name = str(c.get("name") or "")
+            env = dict(ctx.env_by_container.get(name) or {})
+            image = str(c.get("image") or "")
+            try:
+                if is_sidecar_image(image):
+                    args = [expand_k8s_vars(str(a), env) for a in (c.get("args") or [])]
+                    command = [expand_k8s_vars(str(a), env) for a in (c.get("command") or [])]
+                    self._env[name] = env
+                    self._recorded[name] = command + args
+                    sidecar_specs.append((name, parse_sidecar_args(args, image)))
+                    continue
+                if _mentions_vllm(c):
+                    self._apply_dev_override(env)
+                self._env[name] = env
+                binds = volume_binds(c, ctx.volume_dirs)
+                serve = self._find_serve_args(c, name, env, binds)
+                if serve is not None:
+                    self._servers.append(_Server(name, serve, binds, env, image))
+            except Exception as exc:  # noqa: BLE001
+                self.notes.append(f"container {name}: {type(exc).__name__}: {exc}")
+
+        override_ports = ctx.overrides.get("ports")
+        if not ctx.sandbox and override_ports:
+            base = self._servers[0] if self._servers else None
+            if base is None:
+                first = next((c for c in containers if not is_sidecar_image(str(c.get("image") or ""))), None)
+                if first is not None:
+                    name = str(first.get("name") or "")
+                    base = _Server(name, ServeArgs(argv=()), volume_binds(first, ctx.volume_dirs),
+                                   self._env.get(name, {}), str(first.get("image") or ""))
+            if base is not None:
+                plist = tuple(int(p) for p in override_ports)
+                serve_args = dataclasses.replace(base.args, api_ports=plist, dp_ranks=())
+                self._servers = [_Server(base.container, serve_args, base.binds, base.env, base.image)]
+
+        if self._servers:
+            main = self._servers[0]
+            self._vllm_container = main.container
+            self._version = str(
+                ctx.overrides.get("vllm_version") or ctx.default_version or image_vllm_version(main.image) or DEFAULT_VERSION
+            )
+            self._dev = dev_mode_state(main.env.get(DEV_MODE_ENV))
+            self._crashed = self._dev == "invalid"
+            shm = container_host_path("/dev/shm", main.binds, ctx.shm_dir)
+            self._shm_host = shm if shm is not None else ctx.shm_dir
+        else:
+            guess = next((c for c in containers if _mentions_vllm(c) and not is_sidecar_image(str(c.get("image") or ""))), None)
+            image = str(guess.get("image") or "") if guess else ""
+            self._version = str(
+                ctx.overrides.get("vllm_version") or ctx.default_version or image_vllm_version(image) or DEFAULT_VERSION
+            )
+            if guess is not None:
+                self._vllm_container = str(guess.get("name") or "")
+                self._dev = dev_mode_state(self._env.get(self._vllm_container, {}).get(DEV_MODE_ENV))
+
+        # Native sidecars start first, so they hold their ports if a vLLM server asks for the same.
+        for _name, sc in sidecar_specs:
+            for port, vport in zip(sc.ports, sc.vllm_ports, strict=True):
+                ports.setdefault(port, RoutingSidecar(port=port, vllm_port=vport, secure=sc.secure, upstream=self._call))
+
+        for server in self._servers:
+            dev = dev_mode_state(server.env.get(DEV_MODE_ENV))
+            connectors = server.args.connectors(server.env, self._version)
+            for port in server.args.api_ports:
+                if port in ports:
+                    self.notes.append(f"port {port} of {server.container} already taken")
+                    continue
+                ports[port] = FakeVLLM(
+                    port=port, version=self._version, dev_mode=dev == "on", model=server.args.model,
+                    served_model_name=server.args.served_model_name, connectors=connectors,
+                    overrides=ctx.overrides, tls=server.args.tls,
+                )
+            if dev != "invalid":
+                self._warm_tiers(server, connectors)
+
+        with self._lock:
+            self._ports = ports
+
+    def _apply_dev_override(self, env: dict[str, str]) -> None:
+        mode = self.ctx.overrides.get("dev_mode")
+        if mode == "on":
+            env[DEV_MODE_ENV] = "1"
+        elif mode == "off":
+            env.pop(DEV_MODE_ENV, None)
+        elif mode == "invalid":
+            env[DEV_MODE_ENV] = "true"
+
+    def _find_serve_args(self, c: dict[str, Any], name: str, env: dict[str, str], binds: list[Bind]) -> ServeArgs | None:
+        argv = container_argv(c, env)
+        if argv is None:
+            self.notes.append(f"container {name}: no command and unknown image entrypoint")
+            return None
+        if not self.ctx.sandbox:
+            parsed = parse_vllm_argv(argv)
+            if parsed is not None:
+                self._recorded[name] = argv
+            return parsed
+        result = run_recorded(argv, env, binds, self.ctx.shm_dir, self.ctx.work_dir / "containers" / name)
+        if result.error:
+            self.notes.append(f"container {name}: {result.error}")
+        if result.timed_out:
+            self.notes.append(f"container {name}: command timed out")
+        chosen: ServeArgs | None = None
+        for rec in result.recordings:
+            parsed = parse_vllm_argv(rec)
+            if parsed is not None:
+                chosen = parsed
+                self._recorded[name] = rec
+        if chosen is None and result.recordings:
+            self._recorded[name] = result.recordings[-1]
+        return chosen
+
+    # ------------------------------------------------------------------ warm tiers
+    def _host_dir(self, server: _Server, container_path: str) -> Path:
+        host = container_host_path(container_path, server.binds, self.ctx.shm_dir)
+        if host is None:
+            host = self.ctx.work_dir / "rootfs" / container_path.lstrip("/")
+        return host
+
+    def _warm_tiers(self, server: _Server, connectors: list[ConnectorInfo]) -> None:
+        v = parse_version(self._version)
+        kv = server.args.kv_transfer_config or {}
+        for conn in connectors:
+            for root in conn.fs_roots:
+                host = self._host_dir(server, root)
+                self._fs_roots.append((str(PurePosixPath("/") / root.lstrip("/")), host))
+                self._write_fs_files(host, server.args, kv)
+        if any(c.cpu_tier for c in connectors) and v >= Version("0.20.0"):
+            engine = str(kv.get("engine_id") or uuid.uuid5(uuid.NAMESPACE_URL, f"{self.ctx.uid}/{server.container}"))
+            ranks = server.args.dp_ranks or (None,)
+            shm = container_host_path("/dev/shm", server.binds, self.ctx.shm_dir) or self.ctx.shm_dir
+            shm.mkdir(parents=True, exist_ok=True)
+            for rank in ranks:
+                eid = engine if rank is None else f"{engine}_dp{rank}"
+                path = shm / f"vllm_offload_{eid}.mmap"
+                with open(path, "wb") as fh:
+                    fh.truncate(1 << 20)
+
+    def _write_fs_files(self, root: Path, args: ServeArgs, kv: dict[str, Any]) -> None:
+        """A handful of files laid out as vLLM's FS tier does (research/vllm.md §3.1):
+        ``<root>/<model with / -> _>_<hash12>/config.json`` and
+        ``<root>/<model>_<hash12>_r0/<h[0:3]>/<h[3:5]>_g0/<h>.bin``."""
+        extra = kv.get("kv_connector_extra_config") if isinstance(kv.get("kv_connector_extra_config"), dict) else {}
+        fields = {"model": args.model, "block_size": (extra or {}).get("block_size", 16), "kv_layout": "sim"}
+        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+        base = f"{args.model.replace('/', '_')}_{digest}"
+        cfg_dir = root / base
+        cfg_dir.mkdir(parents=True, exist_ok=True)
+        (cfg_dir / "config.json").write_text(json.dumps(fields, sort_keys=True))
+        count = int(self.ctx.overrides.get("fs_files", 4))
+        for i in range(count):
+            h = hashlib.sha256(f"{self.ctx.uid}/{args.model}/{i}".encode()).hexdigest()
+            d = root / f"{base}_r0" / h[0:3] / f"{h[3:5]}_g0"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"{h}.bin").write_bytes(b"\0" * 256)
+
+    # ------------------------------------------------------------------ requests
+    @property
+    def crashed(self) -> bool:
+        """True when the vLLM container would crash-loop (invalid VLLM_SERVER_DEV_MODE such as
+        ``"true"`` or ``""``, research/vllm.md §1.2); the pod then serves nothing."""
+        return self._crashed
+
+    def _call(self, port: int, method: str, path: str, query: str, headers: dict[str, str], body: bytes,
+              scheme: str, transport: str) -> Response | None:
+        with self._lock:
+            server = self._ports.get(port)
+        if server is None or self._crashed:
+            return None
+        return server.handle(method, path, query, headers, body, scheme=scheme, transport=transport)
+
+    def request(self, port: int, method: str, path: str, query: str, headers: dict[str, str], body: bytes, *,
+                scheme: str = "http", transport: str = "proxy") -> tuple[int, list[tuple[str, str]], bytes] | None:
+        """An HTTP request to the pod's ``port``; None when nothing listens there (or the pod
+        crashed / is stopped / has not started). ``path`` has no query; ``query`` has no ``?``.
+        ``transport`` (``proxy``, ``exec``, ``portforward``) is recorded on reset calls. Thread-safe.
+        """
+        if self._stopped:
+            return None
+        return self._call(int(port), method, path or "/", query or "", dict(headers or {}), body or b"",
+                          scheme, transport)
+
+    # ------------------------------------------------------------------ state
+    def state(self) -> dict[str, Any]:
+        """The per-pod part of ``/sim/v1/state``: env (of the vLLM container), vllm_container,
+        recorded_argv, version, dev_mode, ports (keyed by port number as a string), fs_tier_files,
+        shm_files (container paths, sorted) and notes (why something serves nothing)."""
+        with self._lock:
+            ports = dict(self._ports)
+        env = self._env.get(self._vllm_container or "", {})
+        fs_files: set[str] = set()
+        for croot, host in self._fs_roots:
+            if host.is_dir():
+                for f in host.rglob("*"):
+                    if f.is_file():
+                        fs_files.add(str(PurePosixPath(croot) / f.relative_to(host).as_posix()))
+        shm_files: list[str] = []
+        if self._shm_host.is_dir():
+            shm_files = sorted(f"/dev/shm/{f.name}" for f in self._shm_host.iterdir() if f.name.startswith("vllm_offload"))
+        return {
+            "env": dict(env),
+            "vllm_container": self._vllm_container,
+            "recorded_argv": {k: list(v) for k, v in self._recorded.items()},
+            "version": self._version,
+            "dev_mode": self._dev,
+            "crashed": self._crashed,
+            "ports": {str(p): s.snapshot() for p, s in sorted(ports.items())},
+            "fs_tier_files": sorted(fs_files),
+            "shm_files": shm_files,
+            "notes": list(self.notes),
+        }
+
+    def stop(self) -> None:
+        """Stop serving (every later request gets None; :meth:`state` still reports the last
+        counters, a replaced pod stays listed). Files stay: FS tiers live on volumes
+        shared with other pods, and the server owns the per-pod directories."""
+        self._stopped = True

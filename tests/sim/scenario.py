@@ -1,0 +1,162 @@
+"""Scenario file of the simulator (YAML; format documented in tests/sim/README.md).
+
+```yaml
+replicas: {"deployment/NAME": 3, "leaderworkerset/NAME": 2}
+pods:
+  - match: {owner: "deployment/NAME", ordinal: 0, namespace: NS}   # every key optional
+    vllm_version: "0.25.0"        # any other key goes to PodContext.overrides
+    busy: 2
+    network: unreachable           # simulator-level fault, not passed to the pod
+users:
+  - name: alice
+faults: {}                         # reserved
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# Keys of a pod rule that the simulator itself consumes (not passed to PodContext.overrides).
+SIM_POD_KEYS = {"match", "network"}
+NETWORK_FAULTS = {"unreachable"}
+
+
+class ScenarioError(ValueError):
+    """The scenario file is malformed (message names the offending key)."""
+
+
+def _owner_key(text: str) -> tuple[str, str]:
+    """``"deployment/NAME"`` -> ``("deployment", "NAME")``; kinds are lower-cased and the short
+    forms ``deploy``/``lws`` accepted; a bare name means a Deployment (kubectl's rule)."""
+    kind, sep, name = text.partition("/")
+    if not sep:
+        return ("deployment", text)
+    kind = kind.lower().split(".")[0]
+    kind = {"deploy": "deployment", "deployments": "deployment", "lws": "leaderworkerset",
+            "leaderworkersets": "leaderworkerset", "pods": "pod", "po": "pod",
+            "rs": "replicaset", "replicasets": "replicaset"}.get(kind, kind)
+    return (kind, name)
+
+
+@dataclass(frozen=True)
+class PodMatch:
+    """Which pods a rule applies to; None fields match anything. ``owner`` is ``(kind, name)``
+    with kind lower-case (``deployment``, ``leaderworkerset``, ``pod`` for bare pods);
+    ``ordinal`` is the pod's 0-based creation order within its owner."""
+
+    owner: tuple[str, str] | None = None
+    ordinal: int | None = None
+    namespace: str | None = None
+    name: str | None = None
+
+    def matches(self, owner: tuple[str, str] | None, ordinal: int, namespace: str,
+                name: str) -> bool:
+        """True when a pod with these facts is selected."""
+        if self.owner is not None and owner != self.owner:
+            return False
+        if self.ordinal is not None and ordinal != self.ordinal:
+            return False
+        if self.namespace is not None and namespace != self.namespace:
+            return False
+        if self.name is not None and name != self.name:
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class PodRule:
+    """A ``pods:`` entry: a match, the overrides it passes to the pod runtime, and an optional
+    simulator ``network`` fault (``unreachable``)."""
+
+    match: PodMatch
+    overrides: dict[str, Any]
+    network: str | None = None
+
+
+@dataclass
+class Scenario:
+    """Parsed scenario: per-owner replica overrides keyed ``(kind, name)``, pod rules in file
+    order (later rules override earlier keys), extra users, reserved faults."""
+
+    replicas: dict[tuple[str, str], int] = field(default_factory=dict)
+    pods: list[PodRule] = field(default_factory=list)
+    users: list[str] = field(default_factory=list)
+    faults: dict[str, Any] = field(default_factory=dict)
+
+    def replicas_for(self, kind: str, name: str) -> int | None:
+        """Replica override for owner ``kind``/``name`` (kind lower-case), or None."""
+        return self.replicas.get((kind.lower(), name))
+
+    def pod_settings(self, owner: tuple[str, str] | None, ordinal: int, namespace: str,
+                     name: str) -> tuple[dict[str, Any], str | None]:
+        """Merged overrides and network fault of every rule matching this pod."""
+        overrides: dict[str, Any] = {}
+        network: str | None = None
+        for rule in self.pods:
+            if rule.match.matches(owner, ordinal, namespace, name):
+                overrides.update(rule.overrides)
+                if rule.network is not None:
+                    network = rule.network
+        return overrides, network
+
+
+def parse_scenario(data: Any) -> Scenario:
+    """Build a ``Scenario`` from the loaded YAML (None or {} = empty scenario).
+
+    Raises ``ScenarioError`` for wrong shapes, unknown top-level keys or unknown network faults.
+    """
+    if data is None:
+        return Scenario()
+    if not isinstance(data, dict):
+        raise ScenarioError("scenario must be a mapping")
+    unknown = set(data) - {"replicas", "pods", "users", "faults"}
+    if unknown:
+        raise ScenarioError(f"unknown scenario keys: {sorted(unknown)}")
+    sc = Scenario()
+    for owner, n in (data.get("replicas") or {}).items():
+        if not isinstance(n, int) or n < 0:
+            raise ScenarioError(f"replicas[{owner!r}] must be a non-negative integer")
+        sc.replicas[_owner_key(str(owner))] = n
+    for i, rule in enumerate(data.get("pods") or []):
+        if not isinstance(rule, dict):
+            raise ScenarioError(f"pods[{i}] must be a mapping")
+        m = rule.get("match") or {}
+        if not isinstance(m, dict):
+            raise ScenarioError(f"pods[{i}].match must be a mapping")
+        bad = set(m) - {"owner", "ordinal", "namespace", "name"}
+        if bad:
+            raise ScenarioError(f"pods[{i}].match: unknown keys {sorted(bad)}")
+        match = PodMatch(
+            owner=_owner_key(str(m["owner"])) if m.get("owner") else None,
+            ordinal=int(m["ordinal"]) if m.get("ordinal") is not None else None,
+            namespace=m.get("namespace"),
+            name=m.get("name"),
+        )
+        network = rule.get("network")
+        if network is not None and network not in NETWORK_FAULTS:
+            raise ScenarioError(f"pods[{i}].network: unknown fault {network!r}")
+        overrides = {k: v for k, v in rule.items() if k not in SIM_POD_KEYS}
+        sc.pods.append(PodRule(match, overrides, network))
+    for i, u in enumerate(data.get("users") or []):
+        name = u.get("name") if isinstance(u, dict) else u
+        if not isinstance(name, str) or not name:
+            raise ScenarioError(f"users[{i}] needs a name")
+        sc.users.append(name)
+    faults = data.get("faults") or {}
+    if not isinstance(faults, dict):
+        raise ScenarioError("faults must be a mapping")
+    sc.faults = faults
+    return sc
+
+
+def load_scenario(path: str | Path | None) -> Scenario:
+    """Read and parse a scenario file; None -> empty scenario."""
+    if path is None:
+        return Scenario()
+    with open(path, encoding="utf-8") as f:
+        return parse_scenario(yaml.safe_load(f))

@@ -1,0 +1,536 @@
+"""The simulator's own minimal reading of a vLLM argv and of a routing sidecar's args.
+
+Deliberately independent of the plugin's parser (the simulator checks the plugin). It reads an
+argv the sandbox recorded (already word-split by the real shell), never a shell script.
+
+Rules and their sources:
+- Flag spelling: ``--flag value`` and ``--flag=value``; ``_`` and ``-`` are interchangeable in flag
+  names (vLLM ``vllm/utils/argparse_utils.py::FlexibleArgumentParser``; research/vllm.md §4).
+- ``--kv-transfer-config`` JSON, human-readable numbers inside it (``80g``: powers of 1000,
+  ``80G``: powers of 1024, vLLM >= 0.20 ``engine/arg_utils.py``), dotted keys
+  ``--kv-transfer-config.a.b v`` merged into one object (the dotted form wins over a full JSON),
+  ``+`` suffix appends to a list (research/vllm.md §4).
+- ``--kv-offloading-size <GiB>`` with ``--kv-offloading-backend native|lmcache`` (vLLM >= 0.11.2
+  ``vllm/config/vllm.py::_post_init_kv_transfer_config``; research/vllm.md §3.1).
+- API ports: ``--port`` (default 8000); with ``--data-parallel-multi-port-external-lb`` one API
+  server per local DP rank on ``port + i`` for ``i in range(data_parallel_size_local)``;
+  ``--data-parallel-supervisor-port`` is not an API port (research/llmd.md §2.1, fixture 06).
+- Sidecar: ``--port``/``-port`` (8000), ``--vllm-port`` (8200; legacy image 8001),
+  ``--data-parallel-size`` N (listens port..port+N-1, forwards to vllm-port+i),
+  ``--secure-proxy`` (default true = TLS) (research/llmd.md §2.4).
+- Kubernetes ``$(VAR)`` expansion of command/args (``$$`` escapes; an undefined variable stays as
+  written), as ``k8s.io/kubernetes/third_party/forked/golang/expansion`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .images import image_entrypoint, is_legacy_sidecar_image
+
+__all__ = [
+    "ConnectorInfo",
+    "ServeArgs",
+    "SidecarArgs",
+    "container_argv",
+    "expand_human_numbers",
+    "expand_k8s_vars",
+    "human_readable_int",
+    "parse_sidecar_args",
+    "parse_vllm_argv",
+    "read_connectors",
+    "vllm_args_of",
+]
+
+DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
+
+
+def expand_k8s_vars(text: str, env: dict[str, str]) -> str:
+    """Expand Kubernetes ``$(VAR)`` references in a command/args string.
+
+    ``$(NAME)`` with NAME in ``env`` -> its value; an undefined NAME stays ``$(NAME)``; ``$$`` ->
+    ``$`` (so ``$$(NAME)`` gives the literal ``$(NAME)``); any other ``$`` is literal.
+    Never raises.
+    """
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c != "$" or i + 1 >= n:
+            out.append(c)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "$":
+            out.append("$")
+            i += 2
+        elif nxt == "(":
+            end = text.find(")", i + 2)
+            if end < 0:
+                out.append(text[i:])
+                break
+            name = text[i + 2:end]
+            out.append(env[name] if name in env else text[i:end + 1])
+            i = end + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def container_argv(container: dict[str, Any], env: dict[str, str]) -> list[str] | None:
+    """What a container execs: ``command`` + ``args`` after ``$(VAR)`` expansion.
+
+    Without ``command`` the image's entrypoint (:func:`tests.sim.images.image_entrypoint`) is
+    prepended to ``args``; None when there is no command and the image is unknown. Kubernetes
+    rule: ``command`` replaces the ENTRYPOINT, ``args`` replaces CMD.
+    """
+    command = container.get("command") or []
+    args = container.get("args") or []
+    cmd = [expand_k8s_vars(str(a), env) for a in command]
+    rest = [expand_k8s_vars(str(a), env) for a in args]
+    if not cmd:
+        entry = image_entrypoint(str(container.get("image") or ""))
+        if entry is None:
+            return None
+        cmd = entry
+    return cmd + rest
+
+
+def human_readable_int(text: str) -> int | None:
+    """vLLM's human-readable integer: ``k/m/g/t`` = 10^3..10^12 (decimals allowed, ``25.6k``),
+    ``K/M/G/T`` = 2^10..2^40 (decimals rejected). Plain integers pass. None when not readable.
+
+    Source: ``vllm/utils/argparse_utils.py::human_readable_int`` (research/vllm.md §4).
+    """
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtKMGT])", text.strip())
+    if not m:
+        try:
+            return int(text.strip())
+        except ValueError:
+            return None
+    number, suffix = m.group(1), m.group(2)
+    if suffix.islower():
+        scale: int = 1000 ** ("kmgt".index(suffix) + 1)
+        return int(float(number) * scale)
+    if "." in number:
+        return None
+    factor: int = 1024 ** ("KMGT".index(suffix) + 1)
+    return int(number) * factor
+
+
+_JSON_STRING = re.compile(r'"(?:\\.|[^"\\])*"')
+_HUMAN_NUMBER = re.compile(r"\b\d+(?:\.\d+)?[kKmMgGtT]\b")
+
+
+def expand_human_numbers(text: str) -> str:
+    """Expand bare human-readable numbers (``80g``) outside JSON strings, as vLLM >= 0.20 does
+    before ``json.loads`` (``engine/arg_utils.py::_expand_json_human_readable_numbers``).
+    A number that cannot be expanded (``1.5G``) is left as written."""
+
+    def repl(m: re.Match[str]) -> str:
+        value = human_readable_int(m.group(0))
+        return m.group(0) if value is None else str(value)
+
+    parts: list[str] = []
+    pos = 0
+    for s in _JSON_STRING.finditer(text):
+        parts.append(_HUMAN_NUMBER.sub(repl, text[pos:s.start()]))
+        parts.append(s.group(0))
+        pos = s.end()
+    parts.append(_HUMAN_NUMBER.sub(repl, text[pos:]))
+    return "".join(parts)
+
+
+def _loads_value(text: str) -> Any:
+    """A dotted-key value: JSON, else human-readable int, else the string (research/vllm.md §4)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    number = human_readable_int(text)
+    return text if number is None else number
+
+
+@dataclass(frozen=True)
+class ConnectorInfo:
+    """One KV connector (MultiConnector children are flattened into several).
+
+    ``name``: ``kv_connector`` (e.g. ``OffloadingConnector``); ``spec_name``: the Offloading spec
+    (``CPUOffloadingSpec`` default, ``TieringOffloadingSpec``, or an out-of-tree name) or None for
+    other connectors; ``cpu_tier``: the connector keeps a CPU offload tier; ``fs_roots``:
+    container paths of FS tiers (Tiering ``secondary_tiers[type in fs, fs_python].root_dir`` or
+    the legacy llm-d ``shared_storage_path``); ``in_multi``: a MultiConnector child.
+    Source: research/vllm.md §3.1.
+    """
+
+    name: str
+    spec_name: str | None = None
+    cpu_tier: bool = False
+    fs_roots: tuple[str, ...] = ()
+    in_multi: bool = False
+
+
+def _connector_infos(cfg: dict[str, Any], in_multi: bool = False) -> list[ConnectorInfo]:
+    name = str(cfg.get("kv_connector") or "")
+    extra = cfg.get("kv_connector_extra_config") or {}
+    if not isinstance(extra, dict):
+        extra = {}
+    if name == "MultiConnector":
+        out: list[ConnectorInfo] = []
+        for child in extra.get("connectors") or []:
+            if isinstance(child, dict):
+                out.extend(_connector_infos(child, in_multi=True))
+        return out
+    if not name:
+        return []
+    if name == "OffloadingConnector":
+        spec = str(extra.get("spec_name") or "CPUOffloadingSpec")
+        roots: list[str] = []
+        cpu = spec in ("CPUOffloadingSpec", "TieringOffloadingSpec")
+        if spec == "TieringOffloadingSpec":
+            for tier in extra.get("secondary_tiers") or []:
+                if isinstance(tier, dict) and tier.get("type") in ("fs", "fs_python") and tier.get("root_dir"):
+                    roots.append(str(tier["root_dir"]))
+        if extra.get("shared_storage_path"):
+            roots.append(str(extra["shared_storage_path"]))
+        return [ConnectorInfo(name, spec, cpu, tuple(roots), in_multi)]
+    if name == "SimpleCPUOffloadConnector":
+        return [ConnectorInfo(name, None, True, (), in_multi)]
+    return [ConnectorInfo(name, None, False, (), in_multi)]
+
+
+def read_connectors(
+    kv_transfer_config: dict[str, Any] | None,
+    kv_offloading_size: float | None = None,
+    kv_offloading_backend: str | None = None,
+    env: dict[str, str] | None = None,
+    version: str | None = None,
+) -> list[ConnectorInfo]:
+    """The connectors a server runs, MultiConnector children flattened.
+
+    Without ``--kv-transfer-config``, ``--kv-offloading-size`` with backend ``native`` (default)
+    gives ``OffloadingConnector`` + CPU spec, or ``SimpleCPUOffloadConnector`` on vLLM >= 0.33
+    with ``VLLM_USE_SIMPLE_KV_OFFLOAD=1``; backend ``lmcache`` gives ``LMCacheConnectorV1``
+    (research/vllm.md §3.1 "Shortcut flags").
+    """
+    if kv_transfer_config:
+        return _connector_infos(kv_transfer_config)
+    if kv_offloading_size is None:
+        return []
+    backend = (kv_offloading_backend or "native").lower()
+    if backend == "lmcache":
+        return [ConnectorInfo("LMCacheConnectorV1")]
+    simple = (env or {}).get("VLLM_USE_SIMPLE_KV_OFFLOAD", "") == "1"
+    if simple and version is not None:
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            if Version(version) >= Version("0.33.0"):
+                return [ConnectorInfo("SimpleCPUOffloadConnector", None, True)]
+        except InvalidVersion:
+            pass
+    return [ConnectorInfo("OffloadingConnector", "CPUOffloadingSpec", True)]
+
+
+@dataclass(frozen=True)
+class ServeArgs:
+    """What the simulator reads from a ``vllm serve`` / ``api_server`` argv.
+
+    ``api_ports``: the HTTP ports the server listens on (one per local DP rank under
+    ``--data-parallel-multi-port-external-lb``); ``dp_ranks``: the global DP rank of each of those
+    ports (``--data-parallel-start-rank`` + i), empty without multi-port; ``model``: positional or
+    ``--model``; ``served_model_name``: first ``--served-model-name`` or the model;
+    ``kv_transfer_config``: the parsed JSON object or None; ``kv_config_error``: why it could not
+    be parsed; ``kv_offloading_size`` in GiB; ``tls``: ``--ssl-certfile`` given (HTTPS).
+    """
+
+    argv: tuple[str, ...]
+    port: int = 8000
+    api_ports: tuple[int, ...] = (8000,)
+    dp_ranks: tuple[int, ...] = ()
+    model: str = DEFAULT_MODEL
+    served_model_name: str = DEFAULT_MODEL
+    kv_transfer_config: dict[str, Any] | None = None
+    kv_config_error: str | None = None
+    kv_offloading_size: float | None = None
+    kv_offloading_backend: str | None = None
+    tls: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def connectors(self, env: dict[str, str] | None = None, version: str | None = None) -> list[ConnectorInfo]:
+        """The server's connectors (see :func:`read_connectors`)."""
+        return read_connectors(self.kv_transfer_config, self.kv_offloading_size, self.kv_offloading_backend, env, version)
+
+
+_PY = re.compile(r"^python(\d(\.\d+)?)?$")
+_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
+
+
+def vllm_args_of(argv: list[str]) -> tuple[list[str], bool] | None:
+    """Split a recorded argv into (server args, positional model allowed), or None if not vLLM.
+
+    Recognised: ``vllm serve ...`` (positional model), ``python[3] -m
+    vllm.entrypoints.openai.api_server ...`` (``--model`` only), ``python[3] -m
+    vllm.entrypoints.cli.main serve ...``. argv[0] may be a path.
+    """
+    if not argv:
+        return None
+    prog = argv[0].rsplit("/", 1)[-1]
+    if prog == "vllm":
+        if len(argv) >= 2 and argv[1] == "serve":
+            return argv[2:], True
+        return None
+    if _PY.match(prog):
+        rest = argv[1:]
+        while rest and rest[0] in ("-u", "-B", "-O", "-E", "-s", "-I"):
+            rest = rest[1:]
+        if len(rest) >= 2 and rest[0] == "-m":
+            if rest[1] in _SERVER_MODULES:
+                return rest[2:], False
+            if rest[1] == "vllm.entrypoints.cli.main" and len(rest) >= 3 and rest[2] == "serve":
+                return rest[3:], True
+        return None
+    return None
+
+
+def _norm(flag: str) -> str:
+    return "--" + flag.lstrip("-").replace("_", "-")
+
+
+def parse_vllm_argv(argv: list[str]) -> ServeArgs | None:
+    """Read a vLLM server argv (see module docstring). None when argv is not a vLLM server.
+
+    Never raises: a malformed ``--kv-transfer-config`` leaves ``kv_transfer_config`` None and sets
+    ``kv_config_error``; a non-integer ``--port`` keeps the default.
+    """
+    split = vllm_args_of(argv)
+    if split is None:
+        return None
+    args, positional_ok = split
+    values: dict[str, str] = {}
+    flags: set[str] = set()
+    dotted: list[tuple[str, str]] = []
+    positionals: list[str] = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        if tok.startswith("-") and len(tok) > 1 and not _is_number(tok):
+            if "=" in tok:
+                name, value = tok.split("=", 1)
+                has_value = True
+            else:
+                name, value, has_value = tok, "", False
+            head, _, sub = name.partition(".")
+            key = _norm(head)
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            takes_next = not has_value and nxt is not None and (not nxt.startswith("-") or _is_number(nxt))
+            if sub:
+                if not has_value and takes_next:
+                    value, has_value = str(nxt), True
+                    i += 1
+                if key == "--kv-transfer-config":
+                    dotted.append((sub, value))
+            elif has_value:
+                values[key] = value
+            elif key in _BOOL_FLAGS or not takes_next:
+                flags.add(key)
+            else:
+                values[key] = str(nxt)
+                i += 1
+        else:
+            positionals.append(tok)
+        i += 1
+
+    port = _int(values.get("--port"), 8000)
+    model = values.get("--model") or (positionals[0] if positional_ok and positionals else DEFAULT_MODEL)
+    served = values.get("--served-model-name") or model
+    served = served.split()[0] if served.split() else model
+
+    kv: dict[str, Any] | None = None
+    kv_error: str | None = None
+    raw = values.get("--kv-transfer-config")
+    if dotted:
+        kv = {}
+        for sub, value in dotted:
+            _set_dotted(kv, sub, _loads_value(value))
+    elif raw is not None:
+        try:
+            loaded = json.loads(expand_human_numbers(raw))
+            if isinstance(loaded, dict):
+                kv = loaded
+            else:
+                kv_error = "kv-transfer-config is not a JSON object"
+        except ValueError as exc:
+            kv_error = f"kv-transfer-config is not JSON: {exc}"
+
+    size: float | None = None
+    if "--kv-offloading-size" in values:
+        try:
+            size = float(values["--kv-offloading-size"])
+        except ValueError:
+            size = None
+
+    ports: tuple[int, ...] = (port,)
+    ranks: tuple[int, ...] = ()
+    if "--data-parallel-multi-port-external-lb" in flags or "--data-parallel-multi-port-external-lb" in values:
+        dp = _int(values.get("--data-parallel-size") or values.get("--dp"), 1)
+        local = _int(values.get("--data-parallel-size-local") or values.get("--dpl"), dp)
+        start = _int(values.get("--data-parallel-start-rank") or values.get("--dpr"), 0)
+        local = max(1, local)
+        ports = tuple(port + k for k in range(local))
+        ranks = tuple(start + k for k in range(local))
+
+    return ServeArgs(
+        argv=tuple(argv),
+        port=port,
+        api_ports=ports,
+        dp_ranks=ranks,
+        model=model,
+        served_model_name=served,
+        kv_transfer_config=kv,
+        kv_config_error=kv_error,
+        kv_offloading_size=size,
+        kv_offloading_backend=values.get("--kv-offloading-backend"),
+        tls=bool(values.get("--ssl-certfile")),
+        extra={k: v for k, v in values.items() if k not in ("--kv-transfer-config",)},
+    )
+
+
+# Flags that never take a value (so the next token is not eaten); only the ones that matter for
+# finding the positional model and the values we read.
+_BOOL_FLAGS = {
+    "--data-parallel-multi-port-external-lb",
+    "--data-parallel-external-lb",
+    "--data-parallel-hybrid-lb",
+    "--enable-expert-parallel",
+    "--enforce-eager",
+    "--trust-remote-code",
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
+    "--disable-log-requests",
+    "--enable-log-requests",
+    "--disable-log-stats",
+    "--enable-dbo",
+    "--headless",
+    "--no-disable-hybrid-kv-cache-manager",
+    "--disable-hybrid-kv-cache-manager",
+    "--enable-chunked-prefill",
+    "--enable-auto-tool-choice",
+    "--enable-sleep-mode",
+}
+
+
+def _is_number(tok: str) -> bool:
+    try:
+        float(tok)
+        return True
+    except ValueError:
+        return False
+
+
+def _int(text: str | None, default: int) -> int:
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        return default
+
+
+def _set_dotted(target: dict[str, Any], path: str, value: Any) -> None:
+    keys = path.split(".")
+    node = target
+    for key in keys[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    last = keys[-1]
+    if last.endswith("+"):
+        last = last[:-1]
+        existing = node.get(last)
+        if not isinstance(existing, list):
+            existing = []
+        existing.append(value)
+        node[last] = existing
+    else:
+        node[last] = value
+
+
+@dataclass(frozen=True)
+class SidecarArgs:
+    """The routing sidecar's listening setup.
+
+    ``ports``: ``port + i`` for i in range(data_parallel_size); ``vllm_ports``: the vLLM port each
+    forwards to (``vllm_port + i``); ``secure``: TLS on the sidecar ports (``--secure-proxy``,
+    default true). Source: llm-d-inference-scheduler ``pkg/sidecar/proxy/options.go``,
+    ``data_parallel.go`` (research/llmd.md §2.4).
+    """
+
+    port: int
+    vllm_port: int
+    dp_size: int
+    secure: bool
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        """Listening ports, one per DP rank."""
+        return tuple(self.port + i for i in range(self.dp_size))
+
+    @property
+    def vllm_ports(self) -> tuple[int, ...]:
+        """vLLM ports the listening ports forward to, index-aligned with :attr:`ports`."""
+        return tuple(self.vllm_port + i for i in range(self.dp_size))
+
+
+def _go_bool(text: str) -> bool | None:
+    low = text.lower()
+    if low in ("1", "t", "true"):
+        return True
+    if low in ("0", "f", "false"):
+        return False
+    return None
+
+
+def parse_sidecar_args(args: list[str], image: str = "") -> SidecarArgs:
+    """Read the routing sidecar's Go-style flags (``-port=8000``, ``--port 8000``,
+    ``--secure-proxy=false``, ``--data-parallel-size=8``). Unknown flags are ignored; bad numbers
+    keep the default. The ``--vllm-port`` default is 8001 for the legacy
+    ``llm-d-routing-sidecar`` image and 8200 otherwise (research/llmd.md §2.4).
+    """
+    values: dict[str, str] = {}
+    bools: dict[str, bool] = {}
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        if tok.startswith("-") and len(tok) > 1:
+            name, eq, value = tok.lstrip("-").partition("=")
+            if eq:
+                values[name] = value
+            elif name in ("secure-proxy", "enable-ssrf-protection", "enable-prefiller-sampling",
+                          "secure-serving"):
+                bools[name] = True
+            elif i + 1 < len(args) and not args[i + 1].startswith("-"):
+                values[name] = args[i + 1]
+                i += 1
+            else:
+                bools[name] = True
+        i += 1
+    secure = True
+    if "secure-proxy" in values:
+        parsed = _go_bool(values["secure-proxy"])
+        secure = True if parsed is None else parsed
+    elif "secure-proxy" in bools:
+        secure = bools["secure-proxy"]
+    default_vllm = 8001 if is_legacy_sidecar_image(image) else 8200
+    return SidecarArgs(
+        port=_int(values.get("port"), 8000),
+        vllm_port=_int(values.get("vllm-port"), default_vllm),
+        dp_size=max(1, _int(values.get("data-parallel-size"), 1)),
+        secure=secure,
+    )

@@ -1,0 +1,796 @@
+"""HTTPS API server of the simulated cluster (the Kubernetes REST wire protocol, JSON only).
+
+Serves discovery (``/version``, ``/api``, ``/apis``...), CRUD + PATCH on every stored resource
+type, label/field selectors, server-side Table output for ``kubectl get``, ``pods/proxy`` to the
+pod runtimes, and ``/sim/v1/state``. Errors are ``Status`` objects as a real API server gives
+them (k8s.io/apimachinery ``pkg/api/errors``). Bearer-token authentication; the admin token
+bypasses authorisation; scenario users are allowed everything until an RBAC authoriser is
+plugged in through ``SimServer.authorizer``.
+
+Watch (``?watch=true``) streams JSON-lines events from the moment it starts. Not served yet:
+pods/exec and pods/portforward upgrades (answered 400 "Upgrade request required" like a real
+server given a plain request), server-side apply.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import json
+import os
+import queue
+import secrets
+import socket
+import ssl
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import trustme
+import yaml
+
+from .controllers import Cluster, PodRecord, human_age
+from .store import (
+    ApiError,
+    Event,
+    Obj,
+    ResourceType,
+    bad_request,
+    fields_match,
+    forbidden,
+    invalid,
+    json_patch,
+    labels_match,
+    merge_patch,
+    method_not_allowed,
+    parse_field_selector,
+    parse_label_selector,
+    strategic_merge_patch,
+)
+
+VERSION_INFO = {
+    "major": "1",
+    "minor": "32",
+    "gitVersion": "v1.32.4",
+    "gitCommit": "59526cd4867447956156ae3a602fcbac10a2c335",
+    "gitTreeState": "clean",
+    "buildDate": "2025-04-22T16:02:27Z",
+    "goVersion": "go1.23.6",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+# Subresource discovery entries: name -> (kind, group, version, verbs)
+_SUBRESOURCES: dict[str, tuple[str, list[str]]] = {
+    "proxy": ("PodProxyOptions", ["create", "delete", "get", "patch", "update"]),
+    "exec": ("PodExecOptions", ["create", "get"]),
+    "portforward": ("PodPortForwardOptions", ["create", "get"]),
+    "log": ("Pod", ["get"]),
+    "status": ("", ["get", "patch", "update"]),
+    "scale": ("Scale", ["get", "patch", "update"]),
+}
+
+_METHOD_VERB = {"GET": "get", "HEAD": "get", "OPTIONS": "get", "POST": "create", "PUT": "update",
+                "PATCH": "patch", "DELETE": "delete"}
+_HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+               "trailers", "transfer-encoding", "upgrade", "content-length", "date", "server"}
+
+Authorizer = Callable[[str, str, str, str, "str | None", str], bool]
+
+
+def _truthy(v: str | None) -> bool:
+    return (v or "").lower() in ("1", "true", "yes")
+
+
+def _parse_time(ts: str | None) -> float:
+    if not ts:
+        return time.time()
+    try:
+        return _dt.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=_dt.timezone.utc).timestamp()
+    except ValueError:
+        return time.time()
+
+
+# --------------------------------------------------------------------------------------------
+# Tables (server-side printing, as `kubectl get` asks with Accept: ...;as=Table;g=meta.k8s.io)
+# --------------------------------------------------------------------------------------------
+
+
+def _col(name: str, ctype: str = "string", desc: str = "", priority: int = 0,
+         fmt: str = "") -> dict[str, Any]:
+    return {"name": name, "type": ctype, "format": fmt, "description": desc, "priority": priority}
+
+
+def _pod_cells(p: Obj) -> list[Any]:
+    spec = p.get("spec") or {}
+    st = p.get("status") or {}
+    sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    total = len(spec.get("containers") or []) + len(sidecars)
+    statuses = list(st.get("containerStatuses") or [])
+    side_names = {c.get("name") for c in sidecars}
+    statuses += [s for s in st.get("initContainerStatuses") or [] if s.get("name") in side_names]
+    ready = sum(1 for s in statuses if s.get("ready"))
+    restarts = sum(int(s.get("restartCount", 0)) for s in statuses)
+    reason = st.get("phase", "Pending")
+    for s in statuses:
+        w = (s.get("state") or {}).get("waiting")
+        if w and w.get("reason"):
+            reason = w["reason"]
+    if p["metadata"].get("deletionTimestamp"):
+        reason = "Terminating"
+    age = human_age(time.time() - _parse_time(p["metadata"].get("creationTimestamp")))
+    return [p["metadata"]["name"], f"{ready}/{total}", reason, restarts, age,
+            st.get("podIP", "<none>"), spec.get("nodeName", "<none>")]
+
+
+def _deploy_cells(d: Obj) -> list[Any]:
+    st = d.get("status") or {}
+    want = (d.get("spec") or {}).get("replicas", 1)
+    age = human_age(time.time() - _parse_time(d["metadata"].get("creationTimestamp")))
+    return [d["metadata"]["name"], f"{st.get('readyReplicas', 0)}/{want}",
+            st.get("updatedReplicas", 0), st.get("availableReplicas", 0), age]
+
+
+def _default_cells(o: Obj) -> list[Any]:
+    age = human_age(time.time() - _parse_time(o["metadata"].get("creationTimestamp")))
+    return [o["metadata"]["name"], age]
+
+
+def table_for(rtype: ResourceType, items: list[Obj], rv: str, include: str) -> Obj:
+    """A ``meta.k8s.io/v1`` Table: pods (NAME READY STATUS RESTARTS AGE, wide: IP NODE),
+    deployments (NAME READY UP-TO-DATE AVAILABLE AGE), others (NAME AGE). ``include`` is the
+    ``includeObject`` policy: ``Metadata`` (default), ``Object`` or ``None``."""
+    cells: Callable[[Obj], list[Any]]
+    if rtype.kind == "Pod":
+        cols = [_col("Name", desc="Name"), _col("Ready"), _col("Status"),
+                _col("Restarts", "string"), _col("Age"), _col("IP", priority=1),
+                _col("Node", priority=1)]
+        cells = _pod_cells
+    elif rtype.kind == "Deployment":
+        cols = [_col("Name", desc="Name"), _col("Ready"), _col("Up-to-date", "integer"),
+                _col("Available", "integer"), _col("Age")]
+        cells = _deploy_cells
+    else:
+        cols = [_col("Name", desc="Name"), _col("Age")]
+        cells = _default_cells
+    cols[0]["format"] = "name"
+    rows = []
+    for o in items:
+        row: dict[str, Any] = {"cells": cells(o)}
+        if include == "Object":
+            row["object"] = o
+        elif include != "None":
+            row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                             "metadata": o["metadata"]}
+        rows.append(row)
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
+            "metadata": {"resourceVersion": rv}, "columnDefinitions": cols, "rows": rows}
+
+
+# --------------------------------------------------------------------------------------------
+# Server
+# --------------------------------------------------------------------------------------------
+
+
+class _Reply(Exception):
+    """Internal: a finished response (status, headers, body)."""
+
+    def __init__(self, code: int, body: bytes, headers: list[tuple[str, str]]) -> None:
+        super().__init__(code)
+        self.code = code
+        self.body = body
+        self.headers = headers
+
+
+class _Stream(Exception):
+    """Internal: a streamed (chunked) response, e.g. a watch."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        super().__init__("stream")
+        self.chunks = chunks
+
+
+class _TLSServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+    allow_reuse_address = True
+
+    def __init__(self, addr: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 ctx: ssl.SSLContext, sim: SimServer) -> None:
+        self.ssl_ctx = ctx
+        self.sim = sim
+        super().__init__(addr, handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, addr = self.socket.accept()
+        # the TLS handshake happens on the handler thread, not in the accept loop
+        return self.ssl_ctx.wrap_socket(sock, server_side=True,
+                                        do_handshake_on_connect=False), addr
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # client disconnects and failed handshakes are routine
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "kvreset-sim"
+    timeout = 300
+    server: _TLSServer
+
+    def setup(self) -> None:
+        self.request.settimeout(30)
+        self.request.do_handshake()
+        super().setup()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def _handle(self) -> None:
+        self.server.sim.handle(self)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
+
+
+class SimServer:
+    """The API server. ``start()`` binds 127.0.0.1 on a free port with a fresh CA;
+    ``kubeconfig()`` / ``write_kubeconfig(path)`` describe how to reach it; ``stop()`` shuts
+    it down. ``users`` are extra (scenario) user names, each given its own token.
+    ``authorizer(user, verb, resource, group, namespace, name) -> bool`` decides for non-admin
+    users (default: allow). ``unreachable_delay`` is how long a pod with the ``unreachable``
+    network fault makes a proxy call wait before its 503.
+    """
+
+    def __init__(self, cluster: Cluster, users: list[str] | None = None,
+                 namespace: str = "default", unreachable_delay: float = 0.5) -> None:
+        self.cluster = cluster
+        self.store = cluster.store
+        self.namespace = namespace
+        self.admin_token = secrets.token_urlsafe(32)
+        self.tokens: dict[str, str] = {self.admin_token: "admin"}
+        self.user_tokens: dict[str, str] = {"admin": self.admin_token}
+        for u in users or []:
+            tok = secrets.token_urlsafe(32)
+            self.tokens[tok] = u
+            self.user_tokens[u] = tok
+        self.authorizer: Authorizer | None = None
+        self.unreachable_delay = unreachable_delay
+        self._counts: Counter[str] = Counter()
+        self._count_lock = threading.Lock()
+        self._httpd: _TLSServer | None = None
+        self._thread: threading.Thread | None = None
+        self.ca = trustme.CA()
+        self.port = 0
+        self._stopping = False
+
+    # ---------------- lifecycle ----------------
+    def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        """Bind and serve in a daemon thread."""
+        cert = self.ca.issue_cert("127.0.0.1", "localhost")
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        cert.configure_cert(ctx)
+        ctx.set_alpn_protocols(["http/1.1"])
+        self._httpd = _TLSServer((host, port), _Handler, ctx, self)
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        kwargs={"poll_interval": 0.2}, name="sim-api",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop accepting and close the listening socket."""
+        self._stopping = True
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    @property
+    def url(self) -> str:
+        """``https://127.0.0.1:PORT``."""
+        return f"https://127.0.0.1:{self.port}"
+
+    def ca_pem(self) -> bytes:
+        """The CA certificate (PEM) clients must trust."""
+        return self.ca.cert_pem.bytes()
+
+    def kubeconfig(self) -> dict[str, Any]:
+        """Kubeconfig: cluster ``sim``, user ``admin`` + one user per scenario user, context
+        ``sim`` (admin, default namespace) and ``sim-<user>`` per extra user."""
+        users = [{"name": u, "user": {"token": t}} for u, t in self.user_tokens.items()]
+        contexts = [{"name": "sim" if u == "admin" else f"sim-{u}",
+                     "context": {"cluster": "sim", "user": u, "namespace": self.namespace}}
+                    for u in self.user_tokens]
+        return {
+            "apiVersion": "v1", "kind": "Config", "preferences": {},
+            "clusters": [{"name": "sim", "cluster": {
+                "server": self.url,
+                "certificate-authority-data": base64.b64encode(self.ca_pem()).decode()}}],
+            "users": users, "contexts": contexts, "current-context": "sim",
+        }
+
+    def write_kubeconfig(self, path: str | Path) -> None:
+        """Write ``kubeconfig()`` as YAML (mode 0600)."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            yaml.safe_dump(self.kubeconfig(), f, sort_keys=False)
+
+    def api_requests(self) -> dict[str, int]:
+        """Counts of API requests as ``"<verb> <resource>"`` (``list pods``,
+        ``create pods/proxy``...)."""
+        with self._count_lock:
+            return dict(sorted(self._counts.items()))
+
+    def _count(self, verb: str, resource: str) -> None:
+        with self._count_lock:
+            self._counts[f"{verb} {resource}"] += 1
+
+    # ---------------- request entry ----------------
+    def handle(self, h: _Handler) -> None:
+        """Serve one request on handler ``h`` (any method)."""
+        try:
+            body = self._read_body(h)
+            code, headers, payload = self._route(h, body)
+        except _Reply as r:
+            code, headers, payload = r.code, r.headers, r.body
+        except _Stream as st:
+            self._send_stream(h, st.chunks)
+            return
+        except ApiError as e:
+            code, headers, payload = e.code, [("Content-Type", "application/json")], \
+                json.dumps(e.status()).encode()
+        except Exception as e:  # pragma: no cover - a bug must still answer
+            err = ApiError(500, "InternalError", f"Internal error occurred: {e!r}")
+            code, headers, payload = 500, [("Content-Type", "application/json")], \
+                json.dumps(err.status()).encode()
+        try:
+            h.send_response(code)
+            for k, v in headers:
+                h.send_header(k, v)
+            h.send_header("Content-Length", str(len(payload)))
+            h.send_header("Cache-Control", "no-cache, private")
+            h.end_headers()
+            if h.command != "HEAD":
+                h.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
+            h.close_connection = True
+
+    @staticmethod
+    def _send_stream(h: _Handler, chunks: Iterator[bytes]) -> None:
+        try:
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Transfer-Encoding", "chunked")
+            h.send_header("Cache-Control", "no-cache, private")
+            h.end_headers()
+            h.wfile.flush()
+            for c in chunks:
+                h.wfile.write(f"{len(c):x}\r\n".encode() + c + b"\r\n")
+                h.wfile.flush()
+            h.wfile.write(b"0\r\n\r\n")
+            h.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
+            h.close_connection = True
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+    def _watch(self, rtype: ResourceType, ns: str | None, query: dict[str, str],
+               as_table: bool = False) -> Iterator[bytes]:
+        """Watch events as JSON lines: ADDED for every current match unless a non-zero
+        ``resourceVersion`` is given, then every later change that matches, until
+        ``timeoutSeconds`` (default 1800) or the server stops; with ``as_table`` each object is
+        a one-row Table (what ``kubectl get -w`` asks for). A change before the watch began
+        but after the given resourceVersion is not replayed (no event history is kept)."""
+        labels = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"))
+        q: queue.Queue[Event] = queue.Queue()
+
+        def listener(ev: Event) -> None:
+            if ev.rtype is rtype:
+                q.put(ev)
+
+        self.store.subscribe(listener)
+        try:
+            if query.get("resourceVersion", "0") in ("", "0"):
+                for o in self.store.list(rtype, ns, labels, fields):
+                    yield self._watch_line("ADDED", rtype, o, as_table, query)
+            end = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
+            while not self._stopping and time.monotonic() < end:
+                try:
+                    ev = q.get(timeout=min(0.5, max(end - time.monotonic(), 0.01)))
+                except queue.Empty:
+                    continue
+                md = ev.obj.get("metadata", {})
+                if ns is not None and rtype.namespaced and md.get("namespace") != ns:
+                    continue
+                if not labels_match(labels, md.get("labels")) or \
+                        not fields_match(fields, ev.obj):
+                    continue
+                yield self._watch_line(ev.type, rtype, ev.obj, as_table, query)
+        finally:
+            self.store.unsubscribe(listener)
+
+    def _watch_line(self, etype: str, rtype: ResourceType, obj: Obj, as_table: bool,
+                    query: dict[str, str]) -> bytes:
+        out = table_for(rtype, [obj], obj["metadata"].get("resourceVersion", ""),
+                        query.get("includeObject", "Metadata")) if as_table else obj
+        return json.dumps({"type": etype, "object": out}, separators=(",", ":")).encode() + b"\n"
+
+    @staticmethod
+    def _read_body(h: _Handler) -> bytes:
+        if "chunked" in (h.headers.get("Transfer-Encoding") or "").lower():
+            chunks = []
+            while True:
+                line = h.rfile.readline()
+                size = int(line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while h.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                chunks.append(h.rfile.read(size))
+                h.rfile.readline()
+            return b"".join(chunks)
+        n = int(h.headers.get("Content-Length") or 0)
+        return h.rfile.read(n) if n else b""
+
+    def _json(self, code: int, obj: Any) -> tuple[int, list[tuple[str, str]], bytes]:
+        return code, [("Content-Type", "application/json")], \
+            json.dumps(obj, separators=(",", ":")).encode()
+
+    def _authenticate(self, h: _Handler) -> str:
+        auth = h.headers.get("Authorization") or ""
+        if auth.lower().startswith("bearer "):
+            user = self.tokens.get(auth[7:].strip())
+            if user is not None:
+                return user
+        raise ApiError(401, "Unauthorized", "Unauthorized")
+
+    def _authorize(self, user: str, verb: str, resource: str, group: str, ns: str | None,
+                   name: str) -> None:
+        if user == "admin" or self.authorizer is None:
+            return
+        if not self.authorizer(user, verb, resource, group, ns, name):
+            raise forbidden(user, verb, resource, group, ns, name)
+
+    # ---------------- routing ----------------
+    def _route(self, h: _Handler, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        url = urlsplit(h.path)
+        raw_segs = [s for s in url.path.split("/") if s != ""]
+        segs = [unquote(s) for s in raw_segs]
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        user = self._authenticate(h)
+        method = h.command
+        if not segs:
+            return self._json(200, {"paths": ["/api", "/api/v1", "/apis", "/version"]})
+        if segs == ["version"]:
+            return self._json(200, VERSION_INFO)
+        if segs[0] in ("healthz", "livez", "readyz"):
+            return 200, [("Content-Type", "text/plain")], b"ok"
+        if segs[0] == "openapi":
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if segs[:2] == ["sim", "v1"]:
+            return self._sim(user, method, segs[2:])
+        if segs[0] == "api":
+            if len(segs) == 1:
+                return self._json(200, {"kind": "APIVersions", "versions": ["v1"],
+                                        "serverAddressByClientCIDRs": [{
+                                            "clientCIDR": "0.0.0.0/0",
+                                            "serverAddress": f"127.0.0.1:{self.port}"}]})
+            if segs[1] != "v1":
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            group, version, rest = "", "v1", segs[2:]
+            raw_rest = raw_segs[2:]
+        elif segs[0] == "apis":
+            if len(segs) == 1:
+                return self._json(200, self._group_list())
+            groups = self.store.types.groups()
+            if segs[1] not in groups:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            if len(segs) == 2:
+                return self._json(200, self._group(segs[1], groups[segs[1]]))
+            if segs[2] not in groups[segs[1]]:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            group, version, rest = segs[1], segs[2], segs[3:]
+            raw_rest = raw_segs[3:]
+        else:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if not rest:
+            return self._json(200, self._resource_list(group, version))
+        return self._resource(h, user, method, group, version, rest, raw_rest, query, body,
+                              url.query)
+
+    def _group_list(self) -> Obj:
+        groups = []
+        for g, versions in self.store.types.groups().items():
+            if g:
+                groups.append(self._group(g, versions))
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+    @staticmethod
+    def _group(g: str, versions: list[str]) -> Obj:
+        vs = [{"groupVersion": f"{g}/{v}", "version": v} for v in versions]
+        return {"kind": "APIGroup", "apiVersion": "v1", "name": g, "versions": vs,
+                "preferredVersion": vs[0]}
+
+    def _resource_list(self, group: str, version: str) -> Obj:
+        resources: list[dict[str, Any]] = []
+        for t in self.store.types.all():
+            if t.group != group or t.version != version:
+                continue
+            r: dict[str, Any] = {"name": t.plural, "singularName": t.singular,
+                                 "namespaced": t.namespaced, "kind": t.kind,
+                                 "verbs": list(t.verbs)}
+            if t.short_names:
+                r["shortNames"] = list(t.short_names)
+            if t.categories:
+                r["categories"] = list(t.categories)
+            resources.append(r)
+            for sub in t.subresources:
+                kind, verbs = _SUBRESOURCES[sub]
+                e: dict[str, Any] = {"name": f"{t.plural}/{sub}", "singularName": "",
+                                     "namespaced": t.namespaced, "kind": kind or t.kind,
+                                     "verbs": verbs}
+                if sub == "scale":
+                    e["group"], e["version"] = "autoscaling", "v1"
+                resources.append(e)
+        return {"kind": "APIResourceList", "apiVersion": "v1",
+                "groupVersion": version if not group else f"{group}/{version}",
+                "resources": resources}
+
+    def _sim(self, user: str, method: str, segs: list[str]) -> tuple[int, list[tuple[str, str]],
+                                                                     bytes]:
+        if user != "admin":
+            raise ApiError(403, "Forbidden", f'User "{user}" cannot access the simulator state')
+        if segs == ["state"] and method == "GET":
+            return self._json(200, self.state())
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+
+    def state(self) -> Obj:
+        """``/sim/v1/state``: every pod record (deleted ones too) and the request counts."""
+        return {"pods": [r.state() for r in self.cluster.records()],
+                "api_requests": self.api_requests()}
+
+    # ---------------- resources ----------------
+    def _resource(self, h: _Handler, user: str, method: str, group: str, version: str,
+                  rest: list[str], raw_rest: list[str], query: dict[str, str], body: bytes,
+                  raw_query: str) -> tuple[int, list[tuple[str, str]], bytes]:
+        ns: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3 and \
+                self.store.types.lookup(group, version, rest[2]) is not None:
+            ns, plural, tail, raw_tail = rest[1], rest[2], rest[3:], raw_rest[3:]
+        else:
+            plural, tail, raw_tail = rest[0], rest[1:], raw_rest[1:]
+        rtype = self.store.types.lookup(group, version, plural)
+        if rtype is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if ns is not None and not rtype.namespaced:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        name = tail[0] if tail else ""
+        sub = tail[1] if len(tail) > 1 else ""
+        if rtype.namespaced and name and ns is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if sub and sub not in rtype.subresources:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if not name and method not in ("GET", "POST", "DELETE"):
+            raise method_not_allowed("the server does not allow this method on the requested "
+                                     "resource")
+        resource = f"{plural}/{sub}" if sub else plural
+        if sub == "proxy":
+            verb = _METHOD_VERB.get(method, "get")
+        elif method == "GET" and not name:
+            verb = "watch" if _truthy(query.get("watch")) else "list"
+        elif method == "DELETE" and not name:
+            verb = "deletecollection"
+        else:
+            verb = _METHOD_VERB.get(method, method.lower())
+        self._count(verb, resource)
+        self._authorize(user, verb, resource, group, ns, name)
+        dry = query.get("dryRun") == "All"
+        accept = h.headers.get("Accept") or ""
+
+        if sub == "proxy":
+            rest_path = "/" + "/".join(unquote(s) for s in raw_tail[2:]) if len(raw_tail) > 2 \
+                else "/"
+            if raw_tail[-1:] and h.path.split("?")[0].endswith("/") and rest_path != "/":
+                rest_path += "/"
+            return self._proxy(h, ns or "", name, rest_path, raw_query, body)
+        if sub in ("exec", "portforward"):
+            raise bad_request("Upgrade request required")
+        if sub == "log":
+            self.store.get(rtype, ns, name)
+            return 200, [("Content-Type", "text/plain")], b""
+
+        if verb == "watch":
+            raise _Stream(self._watch(rtype, ns, query, "as=Table" in accept))
+        if verb == "list":
+            items = self.store.list(rtype, ns, parse_label_selector(query.get("labelSelector")),
+                                    parse_field_selector(query.get("fieldSelector")))
+            rv = self.store.resource_version
+            if "as=Table" in accept:
+                return self._json(200, table_for(rtype, items, rv,
+                                                 query.get("includeObject", "Metadata")))
+            return self._json(200, {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version,
+                                    "metadata": {"resourceVersion": rv}, "items": items})
+        if verb == "get":
+            obj = self.store.get(rtype, ns, name)
+            if sub == "scale":
+                return self._json(200, self._scale(rtype, obj))
+            if "as=Table" in accept:
+                return self._json(200, table_for(rtype, [obj], self.store.resource_version,
+                                                 query.get("includeObject", "Metadata")))
+            return self._json(200, obj)
+        if verb == "create":
+            if name:
+                raise method_not_allowed(
+                    "the server does not allow this method on the requested resource")
+            obj = self._decode(body)
+            self._check_kind(rtype, obj)
+            created = self.cluster.create_object(rtype, obj, ns, dry_run=dry)
+            return self._json(201, created)
+        if verb == "update":
+            obj = self._decode(body)
+            if sub == "scale":
+                return self._json(200, self._set_scale(rtype, ns, name,
+                                                       (obj.get("spec") or {}).get("replicas"),
+                                                       dry))
+            self._check_kind(rtype, obj)
+            return self._json(200, self.store.replace(rtype, ns, name, obj, dry_run=dry,
+                                                      status_only=sub == "status"))
+        if verb == "patch":
+            try:
+                patch = json.loads(body or b"null")
+            except ValueError as e:
+                raise bad_request(f"error decoding patch: {e}") from e
+            ctype = h.headers.get("Content-Type") or ""
+            if sub == "scale":
+                cur = self._scale(rtype, self.store.get(rtype, ns, name))
+                ct = ctype.split(";")[0].strip()
+                new = (json_patch(cur, patch) if ct == "application/json-patch+json"
+                       else merge_patch(cur, patch) if ct == "application/merge-patch+json"
+                       else strategic_merge_patch(cur, patch))
+                return self._json(200, self._set_scale(rtype, ns, name,
+                                                       (new.get("spec") or {}).get("replicas"),
+                                                       dry))
+            return self._json(200, self.store.patch(rtype, ns, name, ctype, patch, dry_run=dry))
+        if verb == "delete":
+            obj = self.store.delete(rtype, ns, name, dry_run=dry)
+            if rtype.kind == "Pod":
+                out = json.loads(json.dumps(obj))
+                out["metadata"]["deletionTimestamp"] = out["metadata"].get(
+                    "deletionTimestamp") or _dt.datetime.now(_dt.timezone.utc).strftime(
+                    "%Y-%m-%dT%H:%M:%SZ")
+                out["metadata"]["deletionGracePeriodSeconds"] = 30
+                return self._json(200, out)
+            details: dict[str, Any] = {"name": name, "kind": plural,
+                                       "uid": obj["metadata"].get("uid")}
+            if group:
+                details["group"] = group
+            return self._json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                    "status": "Success", "details": details})
+        if verb == "deletecollection":
+            items = self.store.list(rtype, ns, parse_label_selector(query.get("labelSelector")),
+                                    parse_field_selector(query.get("fieldSelector")))
+            for o in items:
+                if not dry:
+                    try:
+                        self.store.delete(rtype, ns or o["metadata"].get("namespace"),
+                                          o["metadata"]["name"])
+                    except ApiError:
+                        pass
+            return self._json(200, {"kind": f"{rtype.kind}List",
+                                    "apiVersion": rtype.api_version,
+                                    "metadata": {"resourceVersion": self.store.resource_version},
+                                    "items": items})
+        raise method_not_allowed("the server does not allow this method on the requested "
+                                 "resource")
+
+    @staticmethod
+    def _decode(body: bytes) -> Obj:
+        try:
+            obj = json.loads(body) if body.strip()[:1] in (b"{", b"[") else yaml.safe_load(body)
+        except (ValueError, yaml.YAMLError) as e:
+            raise bad_request(f"error decoding body: {e}") from e
+        if not isinstance(obj, dict):
+            raise bad_request("the body of the request must be an object")
+        return obj
+
+    @staticmethod
+    def _check_kind(rtype: ResourceType, obj: Obj) -> None:
+        kind = obj.get("kind")
+        if kind and kind != rtype.kind:
+            raise bad_request(f"the kind of the object ({kind}) does not match the resource "
+                              f"({rtype.plural})")
+
+    def _scale(self, rtype: ResourceType, obj: Obj) -> Obj:
+        st = obj.get("status") or {}
+        return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                "metadata": {k: obj["metadata"][k] for k in
+                             ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                             if k in obj["metadata"]},
+                "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 1)},
+                "status": {"replicas": st.get("replicas", 0)}}
+
+    def _set_scale(self, rtype: ResourceType, ns: str | None, name: str, replicas: Any,
+                   dry: bool) -> Obj:
+        if not isinstance(replicas, int) or replicas < 0:
+            raise invalid(rtype, name, [("spec.replicas", "FieldValueInvalid",
+                                         f"Invalid value: {replicas!r}: must be greater than "
+                                         "or equal to 0")])
+        obj = self.store.patch(rtype, ns, name, "application/merge-patch+json",
+                               {"spec": {"replicas": replicas}}, dry_run=dry)
+        return self._scale(rtype, obj)
+
+    # ---------------- pod proxy ----------------
+    def _proxy(self, h: _Handler, ns: str, name_part: str, path: str, query: str,
+               body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        parts = name_part.split(":")
+        scheme, port_s = "http", ""
+        if len(parts) == 3:
+            scheme, pname, port_s = parts
+        elif len(parts) == 2:
+            pname, port_s = parts
+        else:
+            pname = name_part
+        if scheme not in ("http", "https"):
+            raise bad_request(f"unsupported scheme {scheme!r}")
+        t_pod = self.cluster.t_pod
+        pod = self.store.get(t_pod, ns, pname)
+        spec = pod.get("spec") or {}
+        port = self._resolve_port(spec, port_s)
+        status = pod.get("status") or {}
+        ip = status.get("podIP") or ""
+        rec: PodRecord | None = self.cluster.record_for(ns, pname)
+        if port is None:
+            raise ApiError(503, "ServiceUnavailable",
+                           f'error trying to reach service: pod "{pname}" has no port '
+                           f'"{port_s}"')
+        if status.get("phase") != "Running" or not ip:
+            raise ApiError(503, "ServiceUnavailable",
+                           f'error trying to reach service: pod "{pname}" is not running '
+                           f'(phase {status.get("phase", "Pending")}, no pod IP to dial)')
+        if rec is not None and rec.network == "unreachable":
+            time.sleep(self.unreachable_delay)
+            raise ApiError(503, "ServiceUnavailable",
+                           f"error trying to reach service: dial tcp {ip}:{port}: i/o timeout")
+        headers = {k: v for k, v in h.headers.items()
+                   if k.lower() not in ("authorization", "host", "connection", "keep-alive",
+                                        "transfer-encoding", "content-length")}
+        result = None
+        if rec is not None and rec.runtime is not None:
+            result = rec.runtime.request(port, h.command, path, query, headers, body,
+                                         scheme=scheme, transport="proxy")
+        if result is None:
+            raise ApiError(503, "ServiceUnavailable",
+                           f"error trying to reach service: dial tcp {ip}:{port}: connect: "
+                           "connection refused")
+        code, rheaders, rbody = result
+        out = [(k, v) for k, v in rheaders if k.lower() not in _HOP_BY_HOP]
+        return code, out, rbody
+
+    @staticmethod
+    def _resolve_port(spec: dict[str, Any], port_s: str) -> int | None:
+        """Numeric port, a container port name, or (empty) the first port of the first container
+        that declares one, as the API server's pod ``ResourceLocation`` does (80 when none)."""
+        if port_s.isdigit():
+            return int(port_s)
+        containers = (spec.get("containers") or []) + (spec.get("initContainers") or [])
+        if not port_s:
+            for c in spec.get("containers") or []:
+                for p in c.get("ports") or []:
+                    return int(p.get("containerPort"))
+            return 80
+        for c in containers:
+            for p in c.get("ports") or []:
+                if p.get("name") == port_s:
+                    return int(p.get("containerPort"))
+        return None
+

@@ -1,0 +1,215 @@
+"""Unit tests for the fake vLLM server (tests/sim/fakevllm.py) against research/vllm.md."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.sim.fakevllm import FakeVLLM, dev_mode_state
+from tests.sim.serveargs import ConnectorInfo
+
+CPU = ConnectorInfo("OffloadingConnector", "CPUOffloadingSpec", True)
+TIERING = ConnectorInfo("OffloadingConnector", "TieringOffloadingSpec", True, ("/mnt/files-storage",))
+SIMPLE = ConnectorInfo("SimpleCPUOffloadConnector", None, True)
+NIXL = ConnectorInfo("NixlConnector")
+
+
+def fake(version: str = "0.26.0", dev: bool = True, connectors: tuple[ConnectorInfo, ...] = (), **ov: object) -> FakeVLLM:
+    return FakeVLLM(port=8000, version=version, dev_mode=dev, model="org/model", connectors=connectors, overrides=dict(ov))
+
+
+def reset(f: FakeVLLM, query: str = "") -> tuple[int, list[tuple[str, str]], bytes]:
+    return f.handle("POST", "/reset_prefix_cache", query, {}, b"")
+
+
+@pytest.mark.parametrize(
+    ("value", "state"),
+    [(None, "off"), ("0", "off"), ("1", "on"), ("2", "on"), (" 1", "on"), ("true", "invalid"), ("", "invalid"), ("yes", "invalid")],
+)
+def test_dev_mode_parse(value: str | None, state: str) -> None:
+    assert dev_mode_state(value) == state
+
+
+def test_body_per_version() -> None:
+    old = fake("0.25.0")
+    assert reset(old) == (200, [], b"")
+    assert old.snapshot()["prefix_cache_blocks"] == 0
+    new = fake("0.26.0")
+    status, headers, body = reset(new)
+    assert (status, body) == (200, b'{"success":true}')
+    assert ("content-type", "application/json") in headers
+    assert new.snapshot()["reset_calls"] == 1
+
+
+def test_dev_mode_off_404_and_405_when_on() -> None:
+    off = fake(dev=False)
+    assert reset(off) == (404, [("content-type", "application/json")], b'{"detail":"Not Found"}')
+    assert off.handle("GET", "/reset_prefix_cache", "", {}, b"")[0] == 404
+    assert off.snapshot()["prefix_cache_blocks"] == 512
+    on = fake()
+    status, headers, body = on.handle("GET", "/reset_prefix_cache", "", {}, b"")
+    assert (status, body) == (405, b'{"detail":"Method Not Allowed"}')
+    assert ("allow", "POST") in headers
+
+
+def test_query_params_per_version() -> None:
+    # 0.12 knows reset_running_requests but not reset_external: ignored, CPU tier stays.
+    v12 = fake("0.12.0", connectors=(CPU,))
+    assert reset(v12, "reset_external=true")[0] == 200
+    assert v12.snapshot()["offload_cpu_blocks"] == 2048
+    assert reset(v12, "reset_running_requests=maybe")[0] == 400
+    # before 0.12 a bad bool is just an unknown parameter
+    assert reset(fake("0.11.0"), "reset_running_requests=maybe")[0] == 200
+    # 0.8-0.11.0: device=cpu fails with 500 plain text (<=0.16 has no JSON handler)
+    st, _h, body = reset(fake("0.10.2"), "device=cpu")
+    assert (st, body) == (500, b"Internal Server Error")
+    assert reset(fake("0.10.2"), "device=GPU")[0] == 200
+    # >= 0.13 validates reset_external; error body is vLLM's
+    st, _h, body = reset(fake("0.26.0"), "reset_external=maybe")
+    assert st == 400
+    err = json.loads(body)["error"]
+    assert err["param"] == "query.reset_external" and err["code"] == 400 and err["type"] == "Bad Request"
+    for ok in ("TRUE", "yes", "on", "1", "t", "Y", "off"):
+        assert reset(fake("0.26.0"), f"reset_external={ok}")[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("version", "conn", "cleared"),
+    [
+        ("0.21.0", CPU, False),
+        ("0.22.0", CPU, True),
+        ("0.23.0", TIERING, False),
+        ("0.24.0", TIERING, True),
+        ("0.19.1", SIMPLE, False),
+        ("0.20.0", SIMPLE, True),
+        ("0.26.0", NIXL, False),
+    ],
+)
+def test_reset_external_tier_semantics(version: str, conn: ConnectorInfo, cleared: bool) -> None:
+    f = fake(version, connectors=(conn,))
+    before = f.snapshot()["offload_cpu_blocks"]
+    assert before == (2048 if conn.cpu_tier else 0)
+    assert reset(f, "reset_external=true")[0] == 200
+    snap = f.snapshot()
+    assert snap["prefix_cache_blocks"] == 0
+    assert snap["offload_cpu_blocks"] == (0 if cleared else before)
+    assert snap["last_reset_query"] == "reset_external=true"
+    assert snap["last_transport"] == "proxy"
+
+
+def test_without_reset_external_cpu_tier_stays() -> None:
+    f = fake("0.26.0", connectors=(CPU,))
+    reset(f)
+    assert f.snapshot()["offload_cpu_blocks"] == 2048
+
+
+def test_busy_then_free_and_forced() -> None:
+    f = fake("0.26.0", connectors=(CPU,), busy=2)
+    assert reset(f, "reset_external=true")[2] == b'{"success":false}'
+    snap = f.snapshot()
+    assert snap["prefix_cache_blocks"] == 512
+    assert snap["offload_cpu_blocks"] == 0  # the connector is reset even when the local reset fails
+    assert reset(f, "reset_running_requests=true")[2] == b'{"success":true}'
+    assert reset(f)[2] == b'{"success":true}'
+    old = fake("0.25.0", busy=1)
+    assert reset(old) == (200, [], b"")
+    assert old.snapshot()["prefix_cache_blocks"] == 512
+    assert reset(old) == (200, [], b"")
+    assert old.snapshot()["prefix_cache_blocks"] == 0
+    forced = fake("0.26.0", busy=1, busy_forced=True)
+    st, _h, body = reset(forced, "reset_running_requests=true")
+    assert st == 500 and json.loads(body)["error"]["type"] == "InternalServerError"
+    forced_old = fake("0.16.0", busy=1, busy_forced=True)
+    assert reset(forced_old, "reset_running_requests=true")[::2] == (500, b"Internal Server Error")
+
+
+def test_other_routes() -> None:
+    f = fake("0.26.0")
+    assert f.handle("GET", "/version", "", {}, b"")[2] == b'{"version":"0.26.0"}'
+    assert f.handle("GET", "/health", "", {}, b"") == (200, [], b"")
+    assert f.handle("GET", "/v1/models", "", {}, b"")[0] == 200
+    assert f.handle("GET", "/nope", "", {}, b"")[0] == 404
+    assert f.handle("POST", "/reset_mm_cache", "", {}, b"") == (200, [], b"")
+    assert f.handle("POST", "/reset_encoder_cache", "", {}, b"") == (200, [], b"")
+    snap = f.snapshot()
+    assert (snap["reset_mm_calls"], snap["reset_encoder_calls"]) == (1, 1)
+    assert fake("0.11.0").handle("POST", "/reset_mm_cache", "", {}, b"")[0] == 404
+    assert fake("0.14.0").handle("POST", "/reset_encoder_cache", "", {}, b"")[0] == 404
+    assert fake(dev=False).handle("POST", "/reset_mm_cache", "", {}, b"")[0] == 404
+
+
+def test_completion_warms_cache_again() -> None:
+    f = fake("0.26.0", connectors=(CPU,))
+    reset(f, "reset_external=true")
+    assert f.handle("POST", "/v1/completions", "", {}, b'{"prompt":"x"}')[0] == 200
+    snap = f.snapshot()
+    assert snap["prefix_cache_blocks"] == 16 and snap["offload_cpu_blocks"] == 16
+
+
+def _families(body: bytes) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    out: dict[str, list[tuple[str, dict[str, str], float]]] = {}
+    for fam in text_string_to_metric_families(body.decode()):
+        out[fam.name] = [(s.name, s.labels, s.value) for s in fam.samples]
+    return out
+
+
+def test_metrics_families_per_version() -> None:
+    new = fake("0.26.0", connectors=(TIERING,))
+    st, headers, body = new.handle("GET", "/metrics", "", {}, b"")
+    assert st == 200 and headers[0][0] == "content-type"
+    fams = _families(body)
+    assert "vllm:kv_cache_usage_perc" in fams
+    assert "vllm:gpu_cache_usage_perc" not in fams
+    assert "vllm:kv_offload_cpu_cache_usage_perc" in fams
+    assert "vllm:external_prefix_cache_hits" in fams  # parser strips _total
+    name, labels, usage = fams["vllm:kv_cache_usage_perc"][0]
+    assert labels == {"model_name": "org/model", "engine": "0"}
+    assert usage > 0
+    reset(new, "reset_external=true")
+    after = _families(new.handle("GET", "/metrics", "", {}, b"")[2])
+    assert after["vllm:kv_cache_usage_perc"][0][2] == usage  # usage does not drop on reset
+    assert new.snapshot()["metrics_calls"] == 2
+
+    old = _families(fake("0.10.2").handle("GET", "/metrics", "", {}, b"")[2])
+    assert "vllm:gpu_cache_usage_perc" in old and "vllm:kv_cache_usage_perc" in old
+    assert "vllm:external_prefix_cache_hits" not in old
+    assert "vllm:kv_offload_cpu_cache_usage_perc" not in _families(
+        fake("0.23.0", connectors=(TIERING,)).handle("GET", "/metrics", "", {}, b"")[2])
+    v85 = _families(fake("0.8.5").handle("GET", "/metrics", "", {}, b"")[2])
+    assert "vllm:kv_cache_usage_perc" not in v85
+    assert fake(metrics_status=500).handle("GET", "/metrics", "", {}, b"")[0] == 500
+
+
+def test_reset_delay_and_thread_safety() -> None:
+    f = fake("0.26.0", reset_delay_ms=50)
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=reset, args=(f,)) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - t0
+    assert f.snapshot()["reset_calls"] == 20
+    assert elapsed < 0.5  # the delay sleeps outside the lock, so calls overlap
+
+
+def test_metric_counters_never_go_down() -> None:
+    f = fake("0.26.0", connectors=(CPU,))
+
+    def values() -> dict[str, float]:
+        fams = _families(f.handle("GET", "/metrics", "", {}, b"")[2])
+        return {n: fams[n][0][2] for n in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
+                                          "vllm:external_prefix_cache_hits")}
+
+    before = values()
+    reset(f, "reset_external=true")
+    mid = values()
+    assert mid == before
+    f.handle("POST", "/v1/chat/completions", "", {}, b"{}")
+    after = values()
+    assert after["vllm:prefix_cache_queries"] > mid["vllm:prefix_cache_queries"]
+    assert all(after[k] >= mid[k] for k in after)

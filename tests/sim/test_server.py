@@ -1,0 +1,932 @@
+"""Tests of the simulator's API server (store, controllers, server, scenario, command line)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.sim.__main__ import Simulator, bwrap_works, load_manifest_docs
+from tests.sim.controllers import (
+    PodBackend,
+    apply_dev_mode_to_podspec,
+    expand_var_refs,
+    is_vllm_container,
+)
+from tests.sim.scenario import ScenarioError, parse_scenario
+from tests.sim.store import (
+    ApiError,
+    Store,
+    json_patch,
+    labels_match,
+    merge_patch,
+    parse_field_selector,
+    parse_label_selector,
+    strategic_merge_patch,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / ".." / "shared" / "fixtures" / "llm-d"
+ALPHA = "[bcdfghjklmnpqrstvwxz2456789]"
+
+
+def fixture(prefix: str) -> Path:
+    """The shared llm-d fixture starting with ``prefix``; skip when ../shared is absent."""
+    if not FIXTURES.is_dir():
+        pytest.skip("../shared/fixtures/llm-d is absent (shared material beside the repository)")
+    found = sorted(FIXTURES.glob(f"{prefix}*.yaml"))
+    if not found:
+        pytest.skip(f"fixture {prefix}* missing")
+    return found[0]
+
+
+# ----------------------------------------------------------------------------- stand-in runtime
+
+
+class StandInContext:
+    """Test-only PodContext stand-in: keeps every field it is given."""
+
+    def __init__(self, **kw: Any) -> None:
+        self.__dict__.update(kw)
+
+
+class StandInRuntime:
+    """Test-only pod runtime: port 8000 answers an echo, other ports have nothing listening;
+    ``crash`` in overrides makes it crash-loop."""
+
+    instances: list[StandInRuntime] = []
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        self.calls: list[tuple[int, str, str, str, bytes]] = []
+        self.stopped = False
+        StandInRuntime.instances.append(self)
+
+    def start(self) -> None:
+        pass
+
+    @property
+    def crashed(self) -> bool:
+        return bool(self.ctx.overrides.get("crash"))
+
+    def request(self, port: int, method: str, path: str, query: str, headers: dict[str, str],
+                body: bytes, *, scheme: str = "http", transport: str = "proxy"
+                ) -> tuple[int, list[tuple[str, str]], bytes] | None:
+        self.calls.append((port, method, path, query, body))
+        if port != 8000 or self.crashed:
+            return None
+        if path == "/missing":
+            return 404, [("content-type", "application/json")], b'{"detail":"Not Found"}'
+        out = json.dumps({"method": method, "path": path, "query": query, "scheme": scheme,
+                          "body": body.decode()}).encode()
+        return 200, [("content-type", "application/json"), ("x-pod", self.ctx.name)], out
+
+    def state(self) -> dict[str, Any]:
+        return {"env": self.ctx.env_by_container, "ports": {"8000": {"calls": len(self.calls)}},
+                "fs_tier_files": [], "shm_files": [], "overrides": self.ctx.overrides}
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+STANDIN = PodBackend(StandInContext, StandInRuntime)
+
+MANIFEST = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, labels: {app: web}}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web, tier: front}}
+    spec:
+      containers:
+      - name: vllm
+        image: vllm/vllm-openai:v0.26.0
+        command: [vllm, serve, m]
+        ports: [{containerPort: 8000, name: http}]
+        env:
+        - {name: A, value: "1"}
+        - {name: B, value: "x-$(A)-$$(A)"}
+        - name: POD
+          valueFrom: {fieldRef: {fieldPath: metadata.name}}
+        - name: IP
+          valueFrom: {fieldRef: {fieldPath: status.podIP}}
+        - name: APP
+          valueFrom: {fieldRef: {fieldPath: "metadata.labels['app']"}}
+        - name: TOK
+          valueFrom: {secretKeyRef: {name: sec, key: token}}
+        - name: MISSING
+          valueFrom: {secretKeyRef: {name: nosuch, key: token}}
+        - name: CM
+          valueFrom: {configMapKeyRef: {name: cfg, key: k}}
+        envFrom:
+        - configMapRef: {name: cfg}
+          prefix: CFG_
+        volumeMounts:
+        - {name: data, mountPath: /data}
+        - {name: shm, mountPath: /dev/shm}
+      volumes:
+      - name: data
+        persistentVolumeClaim: {claimName: shared-claim}
+      - name: shm
+        emptyDir: {medium: Memory}
+      - name: scratch
+        emptyDir: {}
+      - name: cfgvol
+        configMap: {name: cfg}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: sec}
+data: {token: c2VjcmV0}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg}
+data: {k: v, other: o}
+---
+apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata: {name: grp, namespace: team}
+spec:
+  replicas: 2
+  leaderWorkerTemplate:
+    size: 3
+    workerTemplate:
+      metadata: {labels: {role: decode}}
+      spec:
+        containers:
+        - name: vllm
+          image: ghcr.io/llm-d/llm-d-cuda:v0.9.0
+          command: [/bin/bash, -c, "exec vllm serve m"]
+          ports: [{containerPort: 8000}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bare, labels: {app: bare}}
+spec:
+  containers:
+  - {name: c, image: busybox, ports: [{containerPort: 9000, name: metrics}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: lonely}
+spec:
+  containers:
+  - {name: c, image: busybox, ports: [{containerPort: 8000}]}
+---
+apiVersion: example.com/v1alpha1
+kind: Gadget
+metadata: {name: g1}
+spec: {size: 1}
+"""
+
+SCENARIO = {
+    "replicas": {"deployment/web": 3},
+    "pods": [
+        {"match": {"owner": "deployment/web", "ordinal": 1}, "busy": 2, "network": "unreachable"},
+        {"match": {"owner": "leaderworkerset/grp", "ordinal": 0}, "crash": True},
+        {"vllm_version": "0.25.0"},
+        {"match": {"name": "lonely"}, "network": "unreachable"},
+    ],
+    "users": [{"name": "alice"}],
+}
+
+
+class Client:
+    """Tiny urllib client for the simulator."""
+
+    def __init__(self, sim: Simulator, token: str | None = None) -> None:
+        self.base = sim.server.url
+        self.token = sim.server.admin_token if token is None else token
+        self.ctx = ssl.create_default_context(cadata=sim.server.ca_pem().decode())
+
+    def call(self, method: str, path: str, body: Any = None, ctype: str = "application/json",
+             accept: str = "application/json") -> tuple[int, Any, dict[str, str]]:
+        data = None if body is None else (body if isinstance(body, bytes)
+                                          else json.dumps(body).encode())
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        req.add_header("Accept", accept)
+        if data is not None:
+            req.add_header("Content-Type", ctype)
+        try:
+            with urllib.request.urlopen(req, context=self.ctx, timeout=10) as r:
+                raw, code, headers = r.read(), r.status, dict(r.headers)
+        except urllib.error.HTTPError as e:
+            raw, code, headers = e.read(), e.code, dict(e.headers)
+        try:
+            return code, json.loads(raw), headers
+        except ValueError:
+            return code, raw, headers
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulator]:
+    d = tmp_path_factory.mktemp("sim")
+    (d / "m.yaml").write_text(MANIFEST)
+    StandInRuntime.instances.clear()
+    s = Simulator([str(d / "m.yaml")], namespace="ns1", scenario=parse_scenario(SCENARIO),
+                  state_dir=d / "state", ready_delay=0.05, backend=STANDIN, dev_mode="on")
+    s.server.unreachable_delay = 0.05
+    s.start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def api(sim: Simulator) -> Client:
+    return Client(sim)
+
+
+# ----------------------------------------------------------------------------- discovery
+
+
+def test_discovery_version_and_core(api: Client) -> None:
+    code, v, _ = api.call("GET", "/version")
+    assert code == 200 and v["gitVersion"] == "v1.32.4" and v["minor"] == "32"
+    assert v["platform"] == "linux/amd64"
+    code, a, _ = api.call("GET", "/api")
+    assert a["kind"] == "APIVersions" and a["versions"] == ["v1"]
+    code, rl, _ = api.call("GET", "/api/v1")
+    res = {r["name"]: r for r in rl["resources"]}
+    assert rl["groupVersion"] == "v1"
+    for name in ("pods", "pods/proxy", "pods/exec", "pods/portforward", "pods/log", "namespaces",
+                 "configmaps", "secrets", "services", "serviceaccounts",
+                 "persistentvolumeclaims", "events"):
+        assert name in res, name
+    assert res["pods"]["shortNames"] == ["po"] and res["pods"]["namespaced"] is True
+    assert res["namespaces"]["namespaced"] is False and res["namespaces"]["shortNames"] == ["ns"]
+    assert res["configmaps"]["shortNames"] == ["cm"]
+    assert res["pods/proxy"]["kind"] == "PodProxyOptions"
+    assert "create" in res["pods/proxy"]["verbs"] and "get" in res["pods/exec"]["verbs"]
+
+
+def test_discovery_groups(api: Client) -> None:
+    code, gl, _ = api.call("GET", "/apis")
+    names = {g["name"]: g for g in gl["groups"]}
+    for g in ("apps", "leaderworkerset.x-k8s.io", "rbac.authorization.k8s.io", "example.com"):
+        assert g in names
+    assert names["example.com"]["preferredVersion"]["groupVersion"] == "example.com/v1alpha1"
+    code, rl, _ = api.call("GET", "/apis/apps/v1")
+    res = {r["name"]: r for r in rl["resources"]}
+    assert res["deployments"]["shortNames"] == ["deploy"] and res["deployments"]["kind"] == \
+        "Deployment"
+    assert res["deployments/scale"]["group"] == "autoscaling"
+    code, rl, _ = api.call("GET", "/apis/leaderworkerset.x-k8s.io/v1")
+    assert [r["kind"] for r in rl["resources"] if r["name"] == "leaderworkersets"] == \
+        ["LeaderWorkerSet"]
+    code, rl, _ = api.call("GET", "/apis/example.com/v1alpha1")
+    assert rl["resources"][0]["name"] == "gadgets"
+    code, _, _ = api.call("GET", "/apis/nosuch.io")
+    assert code == 404
+    code, body, _ = api.call("GET", "/openapi/v2")
+    assert code == 404 and body["kind"] == "Status"
+
+
+# ----------------------------------------------------------------------------- auth
+
+
+def test_auth(sim: Simulator) -> None:
+    code, body, _ = Client(sim, token="").call("GET", "/api/v1/pods")
+    assert code == 401 and body["reason"] == "Unauthorized" and body["message"] == "Unauthorized"
+    code, body, _ = Client(sim, token="wrong").call("GET", "/api/v1/pods")
+    assert code == 401
+    alice = Client(sim, token=sim.server.user_tokens["alice"])
+    code, body, _ = alice.call("GET", "/api/v1/namespaces/ns1/pods")
+    assert code == 200
+    code, body, _ = alice.call("GET", "/sim/v1/state")
+    assert code == 403 and body["reason"] == "Forbidden"
+
+
+def test_forbidden_shape_via_authorizer(sim: Simulator) -> None:
+    sim.server.authorizer = lambda user, verb, res, group, ns, name: res != "pods/proxy"
+    try:
+        alice = Client(sim, token=sim.server.user_tokens["alice"])
+        pod = _pods(Client(sim), "ns1", "app=web")[0]["metadata"]["name"]
+        code, body, _ = alice.call("POST", f"/api/v1/namespaces/ns1/pods/{pod}:8000/proxy/x", b"")
+        assert code == 403 and body["reason"] == "Forbidden"
+        # the request's resource name is the URL segment as given, port included
+        assert body["message"] == (f'pods "{pod}:8000" is forbidden: User "alice" cannot create '
+                                   'resource "pods/proxy" in API group "" in the namespace "ns1"')
+    finally:
+        sim.server.authorizer = None
+
+
+def test_kubeconfig_contexts(sim: Simulator, tmp_path: Path) -> None:
+    out = tmp_path / "kc.yaml"
+    sim.server.write_kubeconfig(out)
+    kc = yaml.safe_load(out.read_text())
+    assert kc["current-context"] == "sim"
+    ctx = {c["name"]: c["context"] for c in kc["contexts"]}
+    assert ctx["sim"] == {"cluster": "sim", "user": "admin", "namespace": "ns1"}
+    assert ctx["sim-alice"]["user"] == "alice"
+    assert kc["clusters"][0]["cluster"]["server"] == sim.server.url
+    assert out.stat().st_mode & 0o077 == 0
+
+
+# ----------------------------------------------------------------------------- objects
+
+
+def _pods(api: Client, ns: str, selector: str = "") -> list[dict[str, Any]]:
+    q = f"?labelSelector={urllib.parse.quote(selector)}" if selector else ""
+    code, body, _ = api.call("GET", f"/api/v1/namespaces/{ns}/pods{q}")
+    assert code == 200, body
+    return body["items"]  # type: ignore[no-any-return]
+
+
+def test_deployment_pods_names_owners_and_status(api: Client) -> None:
+    pods = _pods(api, "ns1", "app=web")
+    assert len(pods) == 3  # scenario replicas override the manifest's 2
+    code, rss, _ = api.call("GET", "/apis/apps/v1/namespaces/ns1/replicasets")
+    (rs,) = rss["items"]
+    assert re.fullmatch(f"web-{ALPHA}{{10}}", rs["metadata"]["name"])
+    h = rs["metadata"]["name"].split("-")[-1]
+    for p in pods:
+        assert re.fullmatch(f"web-{h}-{ALPHA}{{5}}", p["metadata"]["name"])
+        assert p["metadata"]["labels"] == {"app": "web", "tier": "front", "pod-template-hash": h}
+        ref = p["metadata"]["ownerReferences"][0]
+        assert ref["kind"] == "ReplicaSet" and ref["name"] == rs["metadata"]["name"]
+        assert ref["controller"] is True
+        assert p["status"]["phase"] == "Running"
+        assert re.fullmatch(r"10\.\d+\.\d+\.\d+", p["status"]["podIP"])
+    assert len({p["status"]["podIP"] for p in pods}) == 3
+    assert rs["metadata"]["ownerReferences"][0]["kind"] == "Deployment"
+    code, dep, _ = api.call("GET", "/apis/apps/v1/namespaces/ns1/deployments/web")
+    st = dep["status"]
+    assert (st["replicas"], st["readyReplicas"], st["availableReplicas"], st["updatedReplicas"],
+            st["observedGeneration"]) == (3, 3, 3, 3, 1)
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert conds["Available"]["status"] == "True"
+    assert conds["Progressing"]["reason"] == "NewReplicaSetAvailable"
+    assert dep["metadata"]["uid"] and int(dep["metadata"]["resourceVersion"]) > 0
+
+
+def test_lws_pods_labels_and_env(api: Client, sim: Simulator) -> None:
+    pods = {p["metadata"]["name"]: p for p in _pods(api, "team")}
+    assert set(pods) == {"grp-0", "grp-0-1", "grp-0-2", "grp-1", "grp-1-1", "grp-1-2"}
+    w = pods["grp-1-2"]
+    lab = w["metadata"]["labels"]
+    assert lab["leaderworkerset.sigs.k8s.io/name"] == "grp"
+    assert lab["leaderworkerset.sigs.k8s.io/group-index"] == "1"
+    assert lab["leaderworkerset.sigs.k8s.io/worker-index"] == "2"
+    assert lab["role"] == "decode"
+    assert w["metadata"]["ownerReferences"][0]["kind"] == "LeaderWorkerSet"
+    env = {e["name"]: e.get("value") for e in w["spec"]["containers"][0]["env"]}
+    assert env["LWS_LEADER_ADDRESS"] == "grp-1.grp.team"
+    assert env["LWS_GROUP_SIZE"] == "3" and env["LWS_WORKER_INDEX"] == "2"
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"  # --dev-mode on reached the LWS template
+    # leader of group 0 crash-loops (scenario): not Ready, CrashLoopBackOff, LWS group not ready
+    leader = pods["grp-0"]
+    cs = leader["status"]["containerStatuses"][0]
+    assert cs["ready"] is False and cs["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    code, lws, _ = api.call("GET", "/apis/leaderworkerset.x-k8s.io/v1/namespaces/team/"
+                            "leaderworkersets/grp")
+    assert lws["status"]["replicas"] == 2 and lws["status"]["readyReplicas"] == 1
+
+
+def test_env_resolution_and_volumes(sim: Simulator) -> None:
+    rec = next(r for r in sim.cluster.records() if r.owner == ("Deployment", "web"))
+    rt = next(i for i in StandInRuntime.instances if i.ctx.uid == rec.uid)
+    env = rt.ctx.env_by_container["vllm"]
+    assert env["A"] == "1" and env["B"] == "x-1-$(A)"
+    assert env["POD"] == rec.name and env["IP"] == rec.pod_ip and env["APP"] == "web"
+    assert env["TOK"] == "secret" and env["CM"] == "v"
+    assert env["CFG_k"] == "v" and env["CFG_other"] == "o"
+    assert "MISSING" not in env
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"
+    vd = rt.ctx.volume_dirs
+    assert set(vd) == {"data", "shm", "scratch"}  # configMap volume absent
+    assert vd["shm"] == rt.ctx.shm_dir
+    others = [i for i in StandInRuntime.instances if i.ctx.uid != rec.uid and
+              "data" in i.ctx.volume_dirs]
+    assert others and all(o.ctx.volume_dirs["data"] == vd["data"] for o in others)
+    assert all(o.ctx.volume_dirs["scratch"] != vd["scratch"] for o in others)
+    assert rt.ctx.sandbox is False and rt.ctx.default_version is None
+
+
+def test_list_selectors(api: Client) -> None:
+    assert len(_pods(api, "team", "role=decode,leaderworkerset.sigs.k8s.io/worker-index=0")) == 2
+    assert len(_pods(api, "team", "leaderworkerset.sigs.k8s.io/worker-index in (1,2)")) == 4
+    assert len(_pods(api, "team", "leaderworkerset.sigs.k8s.io/worker-index notin (0)")) == 4
+    assert len(_pods(api, "team", "leaderworkerset.sigs.k8s.io/worker-index!=0")) == 4
+    assert len(_pods(api, "ns1", "pod-template-hash")) == 3
+    assert [p["metadata"]["name"] for p in _pods(api, "ns1", "!pod-template-hash")] == [
+        "bare", "lonely"]
+    code, body, _ = api.call("GET", "/api/v1/pods?labelSelector=app%3D%3Dweb")
+    assert len(body["items"]) == 3 and body["kind"] == "PodList"
+    code, body, _ = api.call("GET", "/api/v1/pods?fieldSelector=metadata.name%3Dgrp-0-1")
+    assert [p["metadata"]["namespace"] for p in body["items"]] == ["team"]
+    code, body, _ = api.call("GET", "/api/v1/namespaces/ns1/pods?fieldSelector="
+                             "status.phase%3DRunning,spec.nodeName%3Dsim-node-0")
+    assert len(body["items"]) == 5
+    code, body, _ = api.call("GET", "/api/v1/pods?fieldSelector=spec.foo%3Dx")
+    assert code == 400 and body["reason"] == "BadRequest"
+    code, body, _ = api.call("GET", "/api/v1/namespaces")
+    assert {"ns1", "team", "default"} <= {n["metadata"]["name"] for n in body["items"]}
+    code, body, _ = api.call("GET", "/apis/example.com/v1alpha1/namespaces/ns1/gadgets/g1")
+    assert code == 200 and body["spec"] == {"size": 1}
+
+
+def test_not_found_shape(api: Client) -> None:
+    code, body, _ = api.call("GET", "/api/v1/namespaces/ns1/pods/x")
+    assert code == 404
+    assert body == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": 'pods "x" not found', "reason": "NotFound",
+                    "details": {"name": "x", "kind": "pods"}, "code": 404}
+    code, body, _ = api.call("GET", "/apis/apps/v1/namespaces/ns1/deployments/nope")
+    assert body["message"] == 'deployments.apps "nope" not found'
+    assert body["details"] == {"name": "nope", "group": "apps", "kind": "deployments"}
+
+
+def test_create_conflict_invalid_dryrun(api: Client) -> None:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c1"}, "data": {"a": "b"}}
+    code, body, _ = api.call("POST", "/api/v1/namespaces/ns1/configmaps?dryRun=All", cm)
+    assert code == 201 and body["metadata"]["name"] == "c1"
+    code, body, _ = api.call("GET", "/api/v1/namespaces/ns1/configmaps/c1")
+    assert code == 404
+    code, body, _ = api.call("POST", "/api/v1/namespaces/ns1/configmaps", cm)
+    assert code == 201 and body["metadata"]["namespace"] == "ns1"
+    code, body, _ = api.call("POST", "/api/v1/namespaces/ns1/configmaps", cm)
+    assert code == 409 and body["reason"] == "AlreadyExists"
+    assert body["message"] == 'configmaps "c1" already exists'
+    code, body, _ = api.call("POST", "/api/v1/namespaces/ns1/configmaps",
+                             {"kind": "ConfigMap", "metadata": {}})
+    assert code == 422 and body["reason"] == "Invalid"
+    stale = dict(cm, metadata={"name": "c1", "resourceVersion": "1"})
+    code, body, _ = api.call("PUT", "/api/v1/namespaces/ns1/configmaps/c1", stale)
+    assert code == 409 and body["reason"] == "Conflict"
+    code, body, _ = api.call("DELETE", "/api/v1/namespaces/ns1/configmaps/c1")
+    assert code == 200 and body["status"] == "Success"
+    code, body, _ = api.call("PUT", "/api/v1/namespaces/ns1/pods", cm)
+    assert code == 405 and body["reason"] == "MethodNotAllowed"
+
+
+def test_patch_types_and_415(api: Client, sim: Simulator) -> None:
+    base = "/apis/apps/v1/namespaces/ns1/deployments/web"
+    code, d0, _ = api.call("GET", base)
+    # merge patch on metadata: no generation bump
+    code, d1, _ = api.call("PATCH", base, {"metadata": {"labels": {"x": "y"}}},
+                           "application/merge-patch+json")
+    assert code == 200 and d1["metadata"]["labels"]["x"] == "y"
+    assert d1["metadata"]["generation"] == d0["metadata"]["generation"]
+    # json patch dry-run: returned but not stored
+    code, d2, _ = api.call("PATCH", base + "?dryRun=All",
+                           [{"op": "replace", "path": "/spec/replicas", "value": 5}],
+                           "application/json-patch+json")
+    assert code == 200 and d2["spec"]["replicas"] == 5
+    code, d3, _ = api.call("GET", base)
+    assert d3["spec"]["replicas"] == 3
+    # json patch with a failing test op
+    code, body, _ = api.call("PATCH", base, [{"op": "test", "path": "/spec/replicas",
+                                              "value": 9}], "application/json-patch+json")
+    assert code == 422
+    # strategic merge on a custom resource -> 415
+    lws = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/team/leaderworkersets/grp"
+    code, body, _ = api.call("PATCH", lws, {"metadata": {"labels": {"a": "b"}}},
+                             "application/strategic-merge-patch+json")
+    assert code == 415 and body["reason"] == "UnsupportedMediaType"
+    assert "application/merge-patch+json" in body["message"]
+    code, body, _ = api.call("PATCH", lws, {"metadata": {"labels": {"a": "b"}}},
+                             "application/merge-patch+json")
+    assert code == 200 and body["metadata"]["labels"] == {"a": "b"}
+    code, body, _ = api.call("PATCH", base, {"spec": {}}, "application/apply-patch+yaml")
+    assert code == 415
+
+
+def test_strategic_patch_rolls_deployment(api: Client, sim: Simulator) -> None:
+    base = "/apis/apps/v1/namespaces/ns1/deployments/web"
+    old = {p["metadata"]["name"] for p in _pods(api, "ns1", "app=web")}
+    patch = {"spec": {"template": {"spec": {"containers": [
+        {"name": "vllm", "env": [{"name": "VLLM_SERVER_DEV_MODE", "value": "0"},
+                                 {"name": "NEW", "value": "n"}]}]}}}}
+    code, d, _ = api.call("PATCH", base, patch, "application/strategic-merge-patch+json")
+    assert code == 200, d
+    env = {e["name"]: e.get("value") for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["VLLM_SERVER_DEV_MODE"] == "0" and env["NEW"] == "n" and env["A"] == "1"
+    assert d["spec"]["template"]["spec"]["containers"][0]["image"] == "vllm/vllm-openai:v0.26.0"
+    assert d["metadata"]["generation"] == 2
+    assert sim.cluster.wait_started(5)
+    new = {p["metadata"]["name"] for p in _pods(api, "ns1", "app=web")}
+    assert len(new) == 3 and not (new & old)
+    code, d, _ = api.call("GET", base)
+    assert d["status"]["observedGeneration"] == 2 and d["status"]["updatedReplicas"] == 3
+    assert d["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "2"
+    deleted = [r for r in sim.cluster.records() if r.name in old]
+    assert deleted and all(r.deleted and not r.ready for r in deleted)
+
+
+def test_delete_pod_is_replaced_and_state(api: Client, sim: Simulator) -> None:
+    victim = _pods(api, "ns1", "app=web")[0]["metadata"]["name"]
+    code, body, _ = api.call("DELETE", f"/api/v1/namespaces/ns1/pods/{victim}")
+    assert code == 200 and body["metadata"]["deletionTimestamp"]
+    names = {p["metadata"]["name"] for p in _pods(api, "ns1", "app=web")}
+    assert len(names) == 3 and victim not in names
+    sim.cluster.wait_started(5)
+    code, st, _ = api.call("GET", "/sim/v1/state")
+    assert code == 200
+    entry = [p for p in st["pods"] if p["name"] == victim]
+    assert entry and entry[0]["deleted"] is True and entry[0]["owner"] == {
+        "kind": "Deployment", "name": "web"}
+    live = [p for p in st["pods"] if p["owner"] == {"kind": "Deployment", "name": "web"} and
+            not p["deleted"]]
+    assert len(live) == 3 and all(p["ready"] for p in live)
+    assert st["api_requests"]["delete pods"] >= 1
+    assert st["api_requests"]["list pods"] >= 1
+    # LWS pods keep their names when replaced
+    code, _, _ = api.call("DELETE", "/api/v1/namespaces/team/pods/grp-1-1")
+    code, p, _ = api.call("GET", "/api/v1/namespaces/team/pods/grp-1-1")
+    assert code == 200
+
+
+def test_scale_subresource(api: Client) -> None:
+    base = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/team/leaderworkersets/grp"
+    code, sc, _ = api.call("GET", base + "/scale")
+    assert code == 200 and sc["kind"] == "Scale" and sc["spec"]["replicas"] == 2
+    code, sc, _ = api.call("PATCH", base + "/scale", {"spec": {"replicas": 1}},
+                           "application/merge-patch+json")
+    assert sc["spec"]["replicas"] == 1
+    assert {p["metadata"]["name"] for p in _pods(api, "team")} == {"grp-0", "grp-0-1", "grp-0-2"}
+
+
+# ----------------------------------------------------------------------------- proxy
+
+
+def test_proxy_forwarding_and_errors(api: Client, sim: Simulator) -> None:
+    recs = [r for r in sim.cluster.records() if r.owner == ("Deployment", "web") and
+            not r.deleted]
+    ok = next(r for r in recs if r.network is None)
+    base = f"/api/v1/namespaces/ns1/pods/{ok.name}"
+    code, body, headers = api.call("POST", f"{base}:8000/proxy/reset_prefix_cache?a=1&b=true",
+                                   b"xyz")
+    assert code == 200 and body == {"method": "POST", "path": "/reset_prefix_cache",
+                                    "query": "a=1&b=true", "scheme": "http", "body": "xyz"}
+    assert headers["x-pod"] == ok.name
+    for form in (f"{ok.name}", f"http:{ok.name}:8000", f"{ok.name}:http"):
+        code, body, _ = api.call("GET", f"/api/v1/namespaces/ns1/pods/{form}/proxy/v")
+        assert code == 200 and body["path"] == "/v", form
+    code, body, _ = api.call("GET", f"/api/v1/namespaces/ns1/pods/https:{ok.name}:8000/proxy/")
+    assert body["scheme"] == "https" and body["path"] == "/"
+    code, body, _ = api.call("GET", f"{base}:8000/proxy/a%2Fb")
+    assert body["path"] == "/a/b"
+    code, body, _ = api.call("GET", f"{base}:8000/proxy/missing")
+    assert code == 404 and body == {"detail": "Not Found"}
+    code, body, _ = api.call("POST", f"{base}:8200/proxy/reset_prefix_cache", b"")
+    assert code == 503 and body["reason"] == "ServiceUnavailable"
+    assert body["message"] == (f"error trying to reach service: dial tcp {ok.pod_ip}:8200: "
+                               "connect: connection refused")
+    code, body, _ = api.call("GET", "/api/v1/namespaces/ns1/pods/nope:8000/proxy/x")
+    assert code == 404 and body["message"] == 'pods "nope" not found'
+    bad = sim.cluster.record_for("ns1", "lonely")
+    assert bad is not None and bad.network == "unreachable"
+    t0 = time.monotonic()
+    code, body, _ = api.call("GET", f"/api/v1/namespaces/ns1/pods/{bad.name}:8000/proxy/x")
+    assert code == 503 and body["message"].endswith(f"dial tcp {bad.pod_ip}:8000: i/o timeout")
+    assert time.monotonic() - t0 >= 0.05
+    code, st, _ = api.call("GET", "/sim/v1/state")
+    assert st["api_requests"]["create pods/proxy"] >= 2
+    assert st["api_requests"]["get pods/proxy"] >= 4
+
+
+def test_proxy_crashed_and_pending(api: Client, sim: Simulator) -> None:
+    # the crash-looping LWS leader: Running but nothing listens
+    code, body, _ = api.call("GET", "/api/v1/namespaces/team/pods/grp-0:8000/proxy/x")
+    assert code == 503 and body["message"].endswith("connect: connection refused")
+    # a pod that is not Running yet
+    sim.cluster.config.ready_delay = 30
+    try:
+        code, p, _ = api.call("POST", "/api/v1/namespaces/ns1/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "slow"},
+            "spec": {"containers": [{"name": "c", "image": "x", "ports": [
+                {"containerPort": 8000}]}]}})
+        assert code == 201 and p["status"]["phase"] == "Pending"
+        code, body, _ = api.call("GET", "/api/v1/namespaces/ns1/pods/slow:8000/proxy/x")
+        assert code == 503 and body["reason"] == "ServiceUnavailable"
+    finally:
+        sim.cluster.config.ready_delay = 0.05
+
+
+def test_scenario_overrides_reach_pods(sim: Simulator) -> None:
+    recs = [r for r in sim.cluster.records() if r.owner == ("Deployment", "web")]
+    first = [r for r in recs if r.ordinal == 1]
+    assert first[0].overrides == {"busy": 2, "vllm_version": "0.25.0"}
+    assert first[0].network == "unreachable"
+    assert all(r.overrides.get("vllm_version") == "0.25.0" for r in recs)
+
+
+def test_table_output(api: Client) -> None:
+    acc = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+    code, t, _ = api.call("GET", "/api/v1/namespaces/team/pods", accept=acc)
+    assert t["kind"] == "Table"
+    assert [c["name"] for c in t["columnDefinitions"]][:5] == ["Name", "Ready", "Status",
+                                                               "Restarts", "Age"]
+    row = next(r for r in t["rows"] if r["cells"][0] == "grp-0")
+    assert row["cells"][1:4] == ["0/1", "CrashLoopBackOff", 5]
+    assert row["object"]["kind"] == "PartialObjectMetadata"
+    code, t, _ = api.call("GET", "/apis/apps/v1/namespaces/ns1/deployments/web", accept=acc)
+    assert [c["name"] for c in t["columnDefinitions"]] == ["Name", "Ready", "Up-to-date",
+                                                           "Available", "Age"]
+    assert t["rows"][0]["cells"][:4] == ["web", "3/3", 3, 3]
+
+
+def test_concurrent_requests(api: Client, sim: Simulator) -> None:
+    rec = next(r for r in sim.cluster.records() if r.owner == ("Deployment", "web") and
+               r.network is None and not r.deleted)
+
+    def one(i: int) -> int:
+        if i % 2:
+            return api.call("GET", "/api/v1/pods")[0]
+        return api.call("GET", f"/api/v1/namespaces/ns1/pods/{rec.name}:8000/proxy/x")[0]
+
+    with ThreadPoolExecutor(max_workers=40) as ex:
+        codes = list(ex.map(one, range(120)))
+    assert codes == [200] * 120
+
+
+# ----------------------------------------------------------------------------- real kubectl
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_get_pods(sim: Simulator, tmp_path: Path) -> None:
+    kc = tmp_path / "kc.yaml"
+    sim.server.write_kubeconfig(kc)
+    kubectl = shutil.which("kubectl") or "kubectl"
+    r = subprocess.run([kubectl, "--kubeconfig", str(kc), "get", "pods", "-n", "team"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert any(line.split()[0] == "grp-0" and "CrashLoopBackOff" in line for line in lines)
+    r = subprocess.run([kubectl, "--kubeconfig", str(kc), "get", "deploy", "web", "-o",
+                        "jsonpath={.status.readyReplicas}"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0 and r.stdout == "3", r.stderr
+    r = subprocess.run([kubectl, "--kubeconfig", str(kc), "patch", "lws", "grp", "-n", "team",
+                        "-p", '{"spec":{"replicas":1}}'], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode != 0 and "application/strategic-merge-patch+json is not supported" in \
+        r.stderr
+
+
+# ----------------------------------------------------------------------------- official client
+
+
+def test_kubernetes_client(sim: Simulator, tmp_path: Path) -> None:
+    kubernetes = pytest.importorskip("kubernetes")
+    kc = tmp_path / "kc.yaml"
+    sim.server.write_kubeconfig(kc)
+    api_client = kubernetes.config.new_client_from_config(config_file=str(kc))
+    core = kubernetes.client.CoreV1Api(api_client)
+    pods = core.list_namespaced_pod("team", label_selector="leaderworkerset.sigs.k8s.io/"
+                                    "worker-index=0")
+    assert sorted(p.metadata.name for p in pods.items) == ["grp-0"]
+    with pytest.raises(kubernetes.client.ApiException) as ei:
+        core.read_namespaced_pod("nope", "ns1")
+    assert ei.value.status == 404
+    assert json.loads(ei.value.body)["reason"] == "NotFound"
+    apps = kubernetes.client.AppsV1Api(api_client)
+    d = apps.read_namespaced_deployment("web", "ns1")
+    assert d.status.ready_replicas == 3
+    name = next(p.metadata.name for p in core.list_namespaced_pod("ns1", label_selector="app=web")
+                .items if getattr(sim.cluster.record_for("ns1", p.metadata.name), "network",
+                                  "x") is None)
+    r = core.api_client.call_api(
+        "/api/v1/namespaces/{namespace}/pods/{name}/proxy/{path}", "POST",
+        path_params={"namespace": "ns1", "name": f"{name}:8000", "path": "reset_prefix_cache"},
+        query_params=[("reset_external", "true")],
+        header_params={"Content-Type": "application/json", "Accept": "*/*"},
+        body={}, auth_settings=["BearerToken"], _preload_content=False)
+    assert r.status == 200
+    assert json.loads(r.data)["query"] == "reset_external=true"
+    api_client.close()
+
+
+def test_watch_streams_changes(sim: Simulator, tmp_path: Path) -> None:
+    kubernetes = pytest.importorskip("kubernetes")
+    kc = tmp_path / "kc.yaml"
+    sim.server.write_kubeconfig(kc)
+    api_client = kubernetes.config.new_client_from_config(config_file=str(kc))
+    core = kubernetes.client.CoreV1Api(api_client)
+    w = kubernetes.watch.Watch()
+    seen: list[tuple[str, str]] = []
+
+    def poke() -> None:
+        time.sleep(0.3)
+        core.create_namespaced_config_map("ns1", {"metadata": {"name": "watched",
+                                                               "labels": {"w": "1"}}})
+        core.create_namespaced_config_map("ns1", {"metadata": {"name": "ignored"}})
+        core.delete_namespaced_config_map("watched", "ns1")
+
+    t = threading.Thread(target=poke)
+    t.start()
+    for ev in w.stream(core.list_namespaced_config_map, "ns1", label_selector="w=1",
+                       timeout_seconds=5):
+        seen.append((ev["type"], ev["object"].metadata.name))
+        if ev["type"] == "DELETED":
+            w.stop()
+    t.join()
+    assert seen == [("ADDED", "watched"), ("DELETED", "watched")]
+    assert sim.server.api_requests().get("watch configmaps", 0) >= 1
+    api_client.close()
+
+
+# ----------------------------------------------------------------------------- units
+
+
+def test_label_selector_units() -> None:
+    labels = {"a": "1", "b": "x"}
+    assert labels_match(parse_label_selector("a=1,b in (x, y),!c,b"), labels)
+    assert not labels_match(parse_label_selector("a notin (1)"), labels)
+    assert labels_match(parse_label_selector("c notin (1),c!=2"), labels)
+    assert not labels_match(parse_label_selector("c"), labels)
+    with pytest.raises(ApiError) as ei:
+        parse_label_selector("a in x")
+    assert ei.value.code == 400
+    assert parse_field_selector("metadata.name==x,status.phase!=Running") == [
+        ("metadata.name", True, "x"), ("status.phase", False, "Running")]
+
+
+def test_patch_units() -> None:
+    doc: dict[str, Any] = {"spec": {"containers": [
+        {"name": "a", "image": "i", "env": [{"name": "X", "value": "1"}],
+         "ports": [{"containerPort": 80, "name": "h"}]},
+        {"name": "b", "image": "j"}], "list": [1, 2]}}
+    out = strategic_merge_patch(doc, {"spec": {"containers": [
+        {"name": "a", "env": [{"name": "Y", "value": "2"}, {"name": "X", "$patch": "delete"}],
+         "ports": [{"containerPort": 80, "name": "web"}]},
+        {"name": "b", "$patch": "delete"}, {"name": "c", "image": "k"}], "list": [3]}})
+    cs = out["spec"]["containers"]
+    assert [c["name"] for c in cs] == ["a", "c"]
+    assert cs[0]["env"] == [{"name": "Y", "value": "2"}] and cs[0]["image"] == "i"
+    assert cs[0]["ports"] == [{"containerPort": 80, "name": "web"}]
+    assert out["spec"]["list"] == [3]
+    rep = strategic_merge_patch(doc, {"spec": {"containers": [{"$patch": "replace"},
+                                                              {"name": "z"}]}})
+    assert rep["spec"]["containers"] == [{"name": "z"}]
+    rep = strategic_merge_patch(doc, {"spec": {"$patch": "replace", "x": 1}})
+    assert rep["spec"] == {"x": 1}
+    assert doc["spec"]["containers"][1]["name"] == "b"  # input untouched
+    assert merge_patch({"a": {"b": 1, "c": 2}, "l": [1]}, {"a": {"b": None}, "l": [2]}) == \
+        {"a": {"c": 2}, "l": [2]}
+    assert json_patch({"a": [1, 2]}, [{"op": "add", "path": "/a/-", "value": 3},
+                                      {"op": "remove", "path": "/a/0"},
+                                      {"op": "copy", "from": "/a", "path": "/b"}]) == \
+        {"a": [2, 3], "b": [2, 3]}
+
+
+def test_store_generation_and_rv() -> None:
+    s = Store()
+    t = s.types.lookup("apps", "v1", "deployments")
+    assert t is not None
+    d = s.create(t, {"metadata": {"name": "d"}, "spec": {"replicas": 1}}, "ns")
+    assert d["metadata"]["generation"] == 1 and d["kind"] == "Deployment"
+    d2 = s.patch(t, "ns", "d", "application/merge-patch+json", {"spec": {"replicas": 2}})
+    assert d2["metadata"]["generation"] == 2
+    assert int(d2["metadata"]["resourceVersion"]) > int(d["metadata"]["resourceVersion"])
+    d3 = s.patch(t, "ns", "d", "application/merge-patch+json", {"metadata": {"labels": {"a": "b"}}})
+    assert d3["metadata"]["generation"] == 2
+    gt = s.types.ensure("example.com/v1", "Policy")
+    assert gt.plural == "policies" and gt.strategic is False
+
+
+def test_dev_mode_rule_on_fixtures() -> None:
+    docs = load_manifest_docs([str(fixture("02")), str(fixture("03"))])
+    seen = []
+    for d in docs:
+        if d["kind"] != "Deployment":
+            continue
+        spec = d["spec"]["template"]["spec"]
+        for c in spec["containers"]:
+            seen.append((c["name"], is_vllm_container(c)))
+        for c in spec.get("initContainers") or []:
+            assert not is_vllm_container(c)
+        apply_dev_mode_to_podspec(spec, "invalid")
+        vc = [c for c in spec["containers"] if is_vllm_container(c)]
+        for c in vc:
+            assert {"name": "VLLM_SERVER_DEV_MODE", "value": "true"} in c["env"]
+        apply_dev_mode_to_podspec(spec, "off")
+        assert all(e["name"] != "VLLM_SERVER_DEV_MODE" for c in vc for e in c["env"])
+    assert ("modelserver", True) in seen and ("vllm", True) in seen
+    assert ("epp", False) in seen
+
+
+def test_expand_var_refs() -> None:
+    assert expand_var_refs("$(A)-$(B)-$$(A)-$(", {"A": "1"}) == "1-$(B)-$(A)-$("
+
+
+def test_scenario_parsing() -> None:
+    sc = parse_scenario({"replicas": {"lws/x": 2, "y": 1}, "pods": [{"reset_delay_ms": 5}],
+                         "users": ["bob"]})
+    assert sc.replicas == {("leaderworkerset", "x"): 2, ("deployment", "y"): 1}
+    assert sc.pod_settings(("deployment", "y"), 0, "ns", "p") == ({"reset_delay_ms": 5}, None)
+    assert sc.users == ["bob"]
+    with pytest.raises(ScenarioError):
+        parse_scenario({"pods": [{"network": "flaky"}]})
+    with pytest.raises(ScenarioError):
+        parse_scenario({"bogus": 1})
+
+
+# ----------------------------------------------------------------------------- real pods
+
+
+@pytest.fixture(scope="module")
+def real_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulator]:
+    pytest.importorskip("tests.sim.pods")
+    f02 = fixture("02")
+    s = Simulator([str(f02)], namespace="llm", dev_mode="on", ready_delay=0.05,
+                  sandbox=bwrap_works(),
+                  state_dir=tmp_path_factory.mktemp("real") / "state")
+    s.start()
+    yield s
+    s.stop()
+
+
+def test_real_pods_reset_through_proxy(real_sim: Simulator) -> None:
+    api = Client(real_sim)
+    decode = [r for r in real_sim.cluster.records() if r.owner and
+              r.owner[1].endswith("decode")]
+    assert len(decode) == 2 and all(r.ready for r in decode)
+    rec = decode[0]
+    code, body, _ = api.call(
+        "POST", f"/api/v1/namespaces/llm/pods/{rec.name}:8000/proxy/reset_prefix_cache"
+        "?reset_external=true", b"")
+    assert code == 200, body
+    code, body, _ = api.call("GET", f"/api/v1/namespaces/llm/pods/{rec.name}:8200/proxy/version")
+    assert code == 200 and body == {"version": "0.23.0"}
+    code, st, _ = api.call("GET", "/sim/v1/state")
+    mine = next(p for p in st["pods"] if p["name"] == rec.name)
+    assert mine["owner"]["kind"] == "Deployment" and mine["ready"] is True
+    assert mine["dev_mode"] == "on"
+    assert mine["ports"]["8200"]["reset_calls"] == 1
+    assert mine["ports"]["8200"]["last_transport"] == "proxy"
+    assert mine["ports"]["8200"]["last_reset_query"] == "reset_external=true"
+    assert mine["ports"]["8200"]["prefix_cache_blocks"] == 0
+    other = next(p for p in st["pods"] if p["name"] == decode[1].name)
+    assert other["ports"]["8200"]["reset_calls"] == 0
+    assert mine["env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"] == rec.pod_ip
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def test_cli_serve_subprocess(tmp_path: Path) -> None:
+    m = tmp_path / "m.yaml"
+    m.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: other}\n"
+                 "spec: {containers: [{name: c, image: busybox}]}\n---\n# only a comment\n")
+    kc = tmp_path / "kc.yaml"
+    state = tmp_path / "state"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.sim", "serve", "--manifest", str(m),
+                             "--kubeconfig", str(kc), "--no-sandbox", "--namespace", "ns9",
+                             "--state-dir", str(state), "--ready-delay", "0"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line == "ready\n"
+        cfg: dict[str, Any] = yaml.safe_load(kc.read_text())
+        assert cfg["contexts"][0]["context"]["namespace"] == "ns9"
+        server = cfg["clusters"][0]["cluster"]["server"]
+        import base64
+        ca = base64.b64decode(cfg["clusters"][0]["cluster"]["certificate-authority-data"])
+        ctx = ssl.create_default_context(cadata=ca.decode())
+        req = urllib.request.Request(server + "/api/v1/namespaces/other/pods/p", headers={
+            "Authorization": f"Bearer {cfg['users'][0]['user']['token']}"})
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+            pod = json.loads(r.read())
+        assert pod["metadata"]["namespace"] == "other"
+    finally:
+        proc.terminate()
+        rc = proc.wait(timeout=15)
+    assert rc == 0
+    assert state.is_dir()  # kept: given with --state-dir
+
+
+def test_threads_do_not_leak_on_stop(tmp_path: Path) -> None:
+    before = threading.active_count()
+    m = tmp_path / "m.yaml"
+    m.write_text(MANIFEST)
+    s = Simulator([str(m)], state_dir=None, ready_delay=0, backend=STANDIN)
+    s.start()
+    sd = s.state_dir
+    s.stop()
+    assert not sd.exists()  # temporary state dir removed
+    time.sleep(0.3)
+    assert threading.active_count() <= before + 2
