@@ -22,7 +22,7 @@ def test_clear_all_resets_both_roles_of_the_pd_fixture(sim) -> None:
     before = list(vllm_ports(cluster))
     assert before and all(st["prefix_cache_blocks"] > 0 for _, _, st in before)
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
-    assert code == 0, err
+    assert code == 0, (err, [r for r in rows if r["result"] != "emptied"])
     assert len(rows) == 10 and {r["role"] for r in rows} == {"prefill", "decode"}
     assert all(r["result"] == "emptied" and r["gpu"] == "emptied" for r in rows)
     after = list(vllm_ports(cluster))
