@@ -137,6 +137,8 @@ class VllmPod:
     sidecar: str | None = None
     notes: tuple[str, ...] = ()
     version: str | None = field(default=None, compare=False)
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The pod object as the API returned it (spec.volumes, volumeMounts, status)."""
 
 
 def pod_env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, str]:
@@ -331,6 +333,7 @@ def describe_pod(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None =
         matched_by=matched_label(labels) or "command",
         sidecar=str(sidecar.get("name")) if sidecar is not None else None,
         notes=tuple(notes),
+        raw=pod,
     )
 
 

@@ -507,6 +507,38 @@ class Kube:
         )
         return self.request(method, url, query=query, body=body, accept="*/*", timeout_s=timeout_s)
 
+    def exec_command(self, namespace: str, pod: str, container: str, argv: Sequence[str],
+                     *, timeout_s: float = 60.0) -> ExecResult:
+        """Run ``argv`` (a list: never a shell string) in ``container`` of ``pod`` through
+        ``pods/exec`` over WebSocket and wait for its exit status up to ``timeout_s``.
+
+        RBAC: ``get`` and ``create`` on ``pods/exec`` (a v1.32 server authorises the WebSocket
+        upgrade as ``get``; 1.35 requires ``create``, kubernetes PR #134577).
+
+        Raises:
+            KubeApiError: the upgrade was refused (403 Forbidden, 404 pod, 400 container).
+            KubeConnectionError: the API server could not be reached.
+        """
+        return _exec(self, namespace, pod, container, argv, timeout_s)
+
+    def port_forward_http(self, namespace: str, pod: str, port: int, method: str, path: str,
+                          query: Sequence[tuple[str, str]] = (), *, timeout_s: float = 30.0) -> HttpAnswer:
+        """Send one HTTP request to ``pod:port`` over ``pods/portforward`` (WebSocket,
+        ``v4.channel.k8s.io``: data channel 0, error channel 1, each starting with the port as
+        two little-endian bytes) and return the pod's answer.
+
+        RBAC: ``get`` and ``create`` on ``pods/portforward``.
+
+        Raises:
+            KubeApiError: the upgrade was refused. KubeConnectionError: no answer, or nothing
+            listens on the port.
+        """
+        target = path + ("?" + urlencode(list(query)) if query else "")
+        request = (f"{method} {target} HTTP/1.1\r\nHost: localhost:{port}\r\nUser-Agent: kubectl-kvreset\r\n"
+                   "Accept: */*\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").encode()
+        raw = _port_forward_http(self, namespace, pod, port, request, timeout_s)
+        return parse_http_response(raw)
+
 
 def resource_path(group_version: str, plural: str, namespace: str | None) -> str:
     """The REST path of a resource collection, e.g. ``/apis/apps/v1/namespaces/ns/deployments``."""
@@ -532,3 +564,232 @@ def _http_reason(status: int) -> str:
         return HTTPStatus(status).phrase.replace(" ", "")
     except ValueError:
         return "Error"
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """The end of a command run with ``pods/exec``.
+
+    ``exit_code`` is the command's exit status (None when there is none: the stream was cut or
+    the bound was hit, or the runtime could not start the command); ``stdout``/``stderr`` are
+    the bytes received; ``message`` is the error channel's text when it is not an exit code
+    (e.g. ``executable file not found``); ``timed_out`` is True when the bound ended the wait,
+    which is reported, never read as success.
+    """
+
+    exit_code: int | None
+    stdout: bytes
+    stderr: bytes
+    message: str | None = None
+    timed_out: bool = False
+
+
+def read_exec_status(raw: bytes) -> tuple[int | None, str | None]:
+    """Read the error channel (3) of an exec stream: a ``Status`` object.
+
+    ``Success`` -> ``(0, None)``; a cause with reason ``ExitCode`` -> ``(code, message)``; any
+    other failure -> ``(None, message)``; empty -> ``(None, "no exit status")``. This replaces
+    the Python client's ``returncode``, which raises on several of these shapes
+    (kubernetes-client/python #1840, #2156).
+    """
+    if not raw.strip():
+        return None, "no exit status (the stream ended early)"
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None, raw.decode("utf-8", "replace")[:300]
+    if not isinstance(doc, dict):
+        return None, str(doc)[:300]
+    if doc.get("status") == "Success":
+        return 0, None
+    for cause in (doc.get("details") or {}).get("causes") or []:
+        if cause.get("reason") == "ExitCode":
+            try:
+                return int(cause.get("message")), str(doc.get("message") or "")
+            except (TypeError, ValueError):
+                break
+    return None, str(doc.get("message") or "command failed")
+
+
+def _ws_sslopt(configuration: Any) -> dict[str, Any]:
+    import ssl
+
+    if not configuration.verify_ssl:
+        opts: dict[str, Any] = {"cert_reqs": ssl.CERT_NONE, "check_hostname": False}
+    else:
+        import certifi
+
+        opts = {"cert_reqs": ssl.CERT_REQUIRED, "ca_certs": configuration.ssl_ca_cert or certifi.where()}
+    if configuration.cert_file:
+        opts["certfile"] = configuration.cert_file
+    if configuration.key_file:
+        opts["keyfile"] = configuration.key_file
+    if getattr(configuration, "tls_server_name", None):
+        opts["server_hostname"] = configuration.tls_server_name
+    return opts
+
+
+class _Channels:
+    """A WebSocket carrying Kubernetes channel frames (``v4``/``v5.channel.k8s.io``): the first
+    byte of each binary frame names the channel (k8s.io/apimachinery ``wsstream``)."""
+
+    def __init__(self, kube: Kube, path: str, query: Sequence[tuple[str, str]], timeout_s: float | None,
+                 protocols: Sequence[str]) -> None:
+        import websocket
+
+        url = "wss" + kube.host[len("https"):] if kube.host.startswith("https") else "ws" + kube.host[len("http"):]
+        url += path + ("?" + urlencode(list(query)) if query else "")
+        headers: dict[str, str] = {}
+        kube._api_client.update_params_for_auth(headers, [], ["BearerToken"])
+        header = [f"{k}: {v}" for k, v in headers.items()]
+        header += [f"{k}: {v}" for k, v in kube._headers.items() if k.startswith("Impersonate")]
+        if kube._impersonate_groups:
+            header += [f"Impersonate-Group: {g}" for g in kube._impersonate_groups]
+        with kube._lock:
+            kube.requests_made += 1
+        self.ws = websocket.WebSocket(sslopt=_ws_sslopt(kube._api_client.configuration), skip_utf8_validation=True)
+        self.ws.settimeout(timeout_s)
+        try:
+            self.ws.connect(url, header=header, subprotocols=list(protocols))  # type: ignore[no-untyped-call]
+        except websocket.WebSocketBadStatusException as exc:
+            body = exc.resp_body or b""
+            reason, message = status_message(body)
+            raise KubeApiError(exc.status_code, reason or _http_reason(exc.status_code), message or str(exc), body) from exc
+        except (websocket.WebSocketException, OSError) as exc:
+            raise KubeConnectionError(f"cannot open a stream to {path}: {exc}") from exc
+        self.protocol = getattr(self.ws, "subprotocol", None) or ""
+
+    def frames(self, deadline: float | None) -> Any:
+        """Yield ``(channel, payload)`` until the server closes. Raises TimeoutError at ``deadline``."""
+        import time
+
+        import websocket
+
+        while True:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                self.ws.settimeout(left)
+            try:
+                opcode, data = self.ws.recv_data(control_frame=False)
+            except websocket.WebSocketTimeoutException as exc:
+                raise TimeoutError from exc
+            except (websocket.WebSocketConnectionClosedException, OSError):
+                return
+            if opcode == websocket.ABNF.OPCODE_CLOSE:
+                return
+            if not data:
+                continue
+            if isinstance(data, str):
+                data = data.encode()
+            yield data[0], data[1:]
+
+    def send(self, channel: int, payload: bytes) -> None:
+        """Send ``payload`` on ``channel``."""
+        self.ws.send_binary(bytes([channel]) + payload)
+
+    def close(self) -> None:
+        """Close the stream (never raises)."""
+        try:
+            self.ws.close(timeout=1)
+        except Exception:  # closing a broken socket: nothing left to do
+            pass
+
+
+def _exec(kube: Kube, namespace: str, pod: str, container: str, argv: Sequence[str], timeout_s: float) -> ExecResult:
+    import time
+
+    query = [("command", a) for a in argv] + [("container", container), ("stdout", "true"), ("stderr", "true")]
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/exec"
+    chans = _Channels(kube, path, query, timeout_s, ["v5.channel.k8s.io", "v4.channel.k8s.io"])
+    out, err, status = bytearray(), bytearray(), bytearray()
+    deadline = time.monotonic() + timeout_s
+    timed_out = False
+    try:
+        for channel, payload in chans.frames(deadline):
+            if channel == 1:
+                out += payload
+            elif channel == 2:
+                err += payload
+            elif channel == 3:
+                status += payload
+    except TimeoutError:
+        timed_out = True
+    finally:
+        chans.close()
+    if timed_out:
+        return ExecResult(None, bytes(out), bytes(err), f"no exit status within {timeout_s:g} s", True)
+    code, message = read_exec_status(bytes(status))
+    return ExecResult(code, bytes(out), bytes(err), message)
+
+
+def _port_forward_http(kube: Kube, namespace: str, pod: str, port: int, request: bytes, timeout_s: float) -> bytes:
+    import time
+
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/portforward"
+    chans = _Channels(kube, path, [("ports", str(port))], timeout_s, ["v4.channel.k8s.io"])
+    data, error = bytearray(), bytearray()
+    seen_header = {0: False, 1: False}
+    deadline = time.monotonic() + timeout_s
+    try:
+        chans.send(0, request)
+        for channel, payload in chans.frames(deadline):
+            if channel in seen_header and not seen_header[channel]:
+                # the first frame on each channel carries the port number (2 bytes, little endian)
+                seen_header[channel] = True
+                payload = payload[2:]
+            if channel == 0:
+                data += payload
+                if _http_complete(bytes(data)):
+                    break
+            elif channel == 1:
+                error += payload
+    except TimeoutError as exc:
+        raise KubeConnectionError(f"port-forward to {pod}:{port}: no answer within {timeout_s:g} s") from exc
+    finally:
+        chans.close()
+    if error and not data:
+        raise KubeConnectionError(f"port-forward to {pod}:{port}: {error.decode('utf-8', 'replace').strip()}")
+    return bytes(data)
+
+
+def _http_complete(raw: bytes) -> bool:
+    head, sep, body = raw.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            try:
+                return len(body) >= int(value.strip())
+            except ValueError:
+                return False
+    return False
+
+
+def parse_http_response(raw: bytes) -> HttpAnswer:
+    """Parse a raw HTTP/1.1 response (status line, headers, body; ``Content-Length`` or
+    close-delimited) with the standard library's ``http.client`` parser.
+
+    Raises:
+        KubeConnectionError: the bytes are not an HTTP response.
+    """
+    import http.client
+    import io
+
+    class _Sock:
+        def __init__(self, data: bytes) -> None:
+            self._f = io.BytesIO(data)
+
+        def makefile(self, *args: Any, **kwargs: Any) -> io.BytesIO:
+            return self._f
+
+    resp = http.client.HTTPResponse(_Sock(raw))  # type: ignore[arg-type]
+    try:
+        resp.begin()
+        body = resp.read()
+    except (http.client.HTTPException, ValueError) as exc:
+        raise KubeConnectionError(f"the pod answered something that is not HTTP: {raw[:80]!r}") from exc
+    headers = {k.lower(): v for k, v in resp.getheaders()}
+    return HttpAnswer(resp.status, headers, body)

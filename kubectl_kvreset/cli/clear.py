@@ -17,6 +17,7 @@ from .options import (
     output_option,
     parallel,
     target_options,
+    transport_option,
 )
 
 
@@ -43,6 +44,7 @@ from .options import (
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation on a terminal.")
 @output_option
 @concurrency_option
+@transport_option
 @kube_flags
 @handle_errors
 def command(**params: Any) -> None:
@@ -66,7 +68,7 @@ def command(**params: Any) -> None:
     def probe(pod: Any) -> Any:
         if not pod.ports:
             return CallFailure("no-port", "no API port found in the vLLM command")
-        return probe_version(ctx.kube, pod.namespace, pod.name, pod.ports[0].port, scheme=pod.ports[0].scheme)
+        return probe_version(ctx.caller, ctx.ref(pod), pod.ports[0].port, scheme=pod.ports[0].scheme)
 
     probed = list(parallel(pods, probe, params["max_concurrency"]))
     plans = []
@@ -88,7 +90,7 @@ def command(**params: Any) -> None:
             sys.exit(int(ExitCode.FAILED))
 
     units = [(plan, port) for plan in plans for port in plan.pod.ports]
-    results = list(parallel(units, lambda u: reset_port(ctx.kube, u[0], u[1], busy_timeout), params["max_concurrency"]))
+    results = list(parallel(units, lambda u: reset_port(ctx.caller, u[0], u[1], busy_timeout), params["max_concurrency"]))
     report = Report("CacheReset", result_columns(ctx.scope))
     for (plan, port), outcome in zip(units, results, strict=True):
         row, code = result_row(plan, port, outcome)
@@ -149,19 +151,18 @@ def plan_rows(plans: list[PodPlan], scope: str | None) -> Any:
     return report
 
 
-def reset_port(kube: Any, plan: PodPlan, port: Any, busy_timeout: float) -> list[Any]:
+def reset_port(caller: Any, plan: PodPlan, port: Any, busy_timeout: float) -> list[Any]:
     """Call every reset route of the plan on one port; the prefix-cache reset first, the
     others only once it was accepted. Returns the :class:`~kubectl_kvreset.podapi.ResetResult` list."""
-    from ..podapi import reset
+    from ..podapi import PodRef, reset
     from ..vllm_api import ResetOutcome
 
-    first = reset(kube, plan.pod.namespace, plan.pod.name, port.port, plan.routes[0], plan.query,
-                  scheme=port.scheme, busy_timeout_s=busy_timeout)
+    ref = PodRef(plan.pod.namespace, plan.pod.name, plan.pod.container)
+    first = reset(caller, ref, port.port, plan.routes[0], plan.query, scheme=port.scheme, busy_timeout_s=busy_timeout)
     results = [first]
     if first.outcome in (ResetOutcome.CLEARED, ResetOutcome.UNCONFIRMED):
         for route in plan.routes[1:]:
-            results.append(reset(kube, plan.pod.namespace, plan.pod.name, port.port, route, (),
-                                 scheme=port.scheme, busy_timeout_s=busy_timeout))
+            results.append(reset(caller, ref, port.port, route, (), scheme=port.scheme, busy_timeout_s=busy_timeout))
     return results
 
 
@@ -227,7 +228,8 @@ def result_row(plan: PodPlan, port: Any, results: list[Any]) -> tuple[dict[str, 
     else:
         code = ExitCode.FAILED
         if first.failure is not None:
-            result = {"forbidden": "forbidden", "pod-gone": "pod gone", "unreachable": "unreachable"}.get(first.failure.kind, "failed")
+            result = {"forbidden": "forbidden", "pod-gone": "pod gone", "unreachable": "unreachable",
+                      "refused": "unreachable"}.get(first.failure.kind, "failed")
             messages.append(first.failure.message)
         elif outcome is ResetOutcome.BUSY:
             result = "busy"

@@ -21,6 +21,14 @@ class RunContext:
     scope: str | None
     universe: list[Any]
     pods: list[Any]
+    caller: Any = None
+
+    @staticmethod
+    def ref(pod: Any) -> Any:
+        """The :class:`~kubectl_kvreset.podapi.PodRef` of a discovered pod."""
+        from ..podapi import PodRef
+
+        return PodRef(pod.namespace, pod.name, pod.container)
 
 
 def complete(params: dict[str, Any], *, default_all: bool) -> RunContext:
@@ -61,7 +69,10 @@ def complete(params: dict[str, Any], *, default_all: bool) -> RunContext:
     if not pods and not universe:
         where = "any namespace" if scope is None else f"namespace {scope!r}"
         info(f"No vLLM server pods found in {where}.")
-    return RunContext(kube, scope, universe, pods)
+    from ..podapi import PodCaller, Transports
+
+    caller = PodCaller(kube, Transports(str(params.get("transport") or "auto")))
+    return RunContext(kube, scope, universe, pods, caller)
 
 
 def exit_if_empty(ctx: RunContext, *, required: bool) -> None:

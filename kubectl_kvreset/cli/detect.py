@@ -15,6 +15,7 @@ from .options import (
     output_option,
     parallel,
     target_options,
+    transport_option,
 )
 
 
@@ -32,6 +33,7 @@ from .options import (
 @target_options
 @output_option
 @concurrency_option
+@transport_option
 @kube_flags
 @handle_errors
 def command(**params: Any) -> None:
@@ -60,7 +62,7 @@ def command(**params: Any) -> None:
         if not pod.ports:
             return CallFailure("no-port", "no API port found")
         first = pod.ports[0]
-        return probe_version(ctx.kube, pod.namespace, pod.name, first.port, scheme=first.scheme)
+        return probe_version(ctx.caller, ctx.ref(pod), first.port, scheme=first.scheme)
 
     versions = parallel(ctx.pods, probe, params["max_concurrency"])
     for pod, version in zip(ctx.pods, versions, strict=True):

@@ -15,6 +15,7 @@ from .options import (
     output_option,
     parallel,
     target_options,
+    transport_option,
 )
 
 
@@ -35,6 +36,7 @@ from .options import (
 @target_options
 @output_option
 @concurrency_option
+@transport_option
 @kube_flags
 @handle_errors
 def command(**params: Any) -> None:
@@ -59,8 +61,8 @@ def command(**params: Any) -> None:
         cols = cols[1:]
     report = Report("EngineMetrics", cols)
     units = [(pod, port) for pod in ctx.pods for port in pod.ports]
-    scraped = parallel(units, lambda u: fetch_metrics(ctx.kube, u[0].namespace, u[0].name, u[1].port,
-                                                      scheme=u[1].scheme), params["max_concurrency"])
+    scraped = parallel(units, lambda u: fetch_metrics(ctx.caller, ctx.ref(u[0]), u[1].port, scheme=u[1].scheme),
+                       params["max_concurrency"])
     for (pod, port), got in zip(units, scraped, strict=True):
         base = {"namespace": pod.namespace, "pod": pod.name, "port": port.port, "role": pod.role}
         engines = []

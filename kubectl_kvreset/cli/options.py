@@ -77,6 +77,15 @@ def concurrency_option(fn: F) -> F:
                         help="Calls in flight at once.")(fn)
 
 
+def transport_option(fn: F) -> F:
+    """``--transport auto|proxy|exec|port-forward``: how requests reach the pods."""
+    return click.option(
+        "--transport", type=click.Choice(["auto", "proxy", "exec", "port-forward"]), default="auto", show_default=True,
+        help="How requests reach vLLM: the API server's pod proxy, exec (python3 inside the vLLM container), "
+             "port-forward; auto tries them in that order, moving on after a 403 or an unreachable pod.",
+    )(fn)
+
+
 def flags_from(params: dict[str, Any]) -> Any:
     """Build a :class:`~kubectl_kvreset.kube.KubeFlags` from the click parameters."""
     from ..kube import KubeFlags

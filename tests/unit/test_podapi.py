@@ -1,0 +1,138 @@
+"""Transport choice and retry rules of calls to vLLM, against a scripted stand-in for Kube."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubectl_kvreset.kube import ExecResult, HttpAnswer, KubeApiError
+from kubectl_kvreset.podapi import CallFailure, PodCaller, PodRef, Transport, Transports, probe_version, reset
+from kubectl_kvreset.vllm_api import ResetOutcome
+
+REF = PodRef("ns", "pod-a", "vllm")
+
+
+def status(code: int, reason: str, message: str) -> HttpAnswer:
+    body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
+                       "message": message, "code": code}).encode()
+    return HttpAnswer(code, {"content-type": "application/json"}, body, from_apiserver=True)
+
+
+def vllm(code: int, body: bytes = b"") -> HttpAnswer:
+    return HttpAnswer(code, {"content-type": "application/json"}, body)
+
+
+class FakeKube:
+    """Answers from scripted lists, one item per call, per transport."""
+
+    timeout_s = 30.0
+
+    def __init__(self, proxy: list[Any] = (), exec_: list[Any] = (), pf: list[Any] = (), ready: bool = True) -> None:
+        self.proxy, self.exec_, self.pf = list(proxy), list(exec_), list(pf)
+        self.calls: list[str] = []
+        self.ready = ready
+
+    def _next(self, queue: list[Any], name: str) -> Any:
+        self.calls.append(name)
+        item = queue.pop(0) if len(queue) > 1 else queue[0]
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def pod_proxy(self, *args: Any, **kwargs: Any) -> HttpAnswer:
+        return self._next(self.proxy, "proxy")
+
+    def exec_command(self, ns: str, pod: str, container: str, argv: list[str], **kwargs: Any) -> ExecResult:
+        assert container == "vllm" and argv[0] == "python3" and argv[1] == "-c"
+        assert argv[4].startswith("http://localhost:")  # the URL is an argv element, not code
+        return self._next(self.exec_, "exec")
+
+    def port_forward_http(self, *args: Any, **kwargs: Any) -> HttpAnswer:
+        return self._next(self.pf, "pf")
+
+    def get_object(self, *args: Any) -> dict[str, Any]:
+        self.calls.append("get-pod")
+        return {"status": {"conditions": [{"type": "Ready", "status": "True" if self.ready else "False"}]}}
+
+
+def exec_ok(code: int, body: bytes) -> ExecResult:
+    import base64
+
+    line = json.dumps({"status": code, "content_type": "application/json", "body": base64.b64encode(body).decode()})
+    return ExecResult(0, line.encode() + b"\n", b"")
+
+
+def caller(kube: FakeKube, choice: str = "auto") -> PodCaller:
+    return PodCaller(kube, Transports(choice), ready_wait_s=2, sleep=lambda s: None)  # type: ignore[arg-type]
+
+
+def test_proxy_answer_is_used() -> None:
+    kube = FakeKube(proxy=[vllm(200, b'{"success":true}')])
+    got = reset(caller(kube), REF, 8000, "/reset_prefix_cache", [("reset_external", "true")])
+    assert got.outcome is ResetOutcome.CLEARED and kube.calls == ["proxy"]
+
+
+def test_forbidden_proxy_falls_through_to_exec_and_is_remembered() -> None:
+    kube = FakeKube(proxy=[status(403, "Forbidden", 'pods "pod-a:8000" is forbidden')],
+                    exec_=[exec_ok(200, b'{"success":true}')])
+    c = caller(kube)
+    assert reset(c, REF, 8000, "/reset_prefix_cache", []).outcome is ResetOutcome.CLEARED
+    assert reset(c, REF, 8001, "/reset_prefix_cache", []).outcome is ResetOutcome.CLEARED
+    assert kube.calls == ["proxy", "exec", "exec"]
+    assert c.transports.forbidden == {Transport.PROXY}
+
+
+def test_unreachable_pod_network_moves_to_port_forward() -> None:
+    timeout = status(503, "ServiceUnavailable", "error trying to reach service: dial tcp 10.0.0.5:8000: i/o timeout")
+    kube = FakeKube(proxy=[timeout], exec_=[ExecResult(None, b"", b"", 'exec: "python3": executable file not found in $PATH')],
+                    pf=[vllm(200, b'{"version":"0.26.0"}')])
+    assert probe_version(caller(kube), REF, 8000) == "0.26.0"
+    assert kube.calls == ["proxy", "exec", "pf"]
+
+
+def test_every_transport_forbidden_names_every_permission() -> None:
+    denied = KubeApiError(403, "Forbidden", "forbidden")
+    kube = FakeKube(proxy=[status(403, "Forbidden", "no")], exec_=[denied], pf=[denied])
+    got = reset(caller(kube), REF, 8000, "/reset_prefix_cache", [])
+    assert got.failure is not None and got.failure.kind == "forbidden"
+    for perm in ("pods/proxy", "pods/exec", "pods/portforward"):
+        assert perm in got.failure.message
+
+
+def test_connection_refused_waits_for_ready_and_retries_once_on_the_same_transport() -> None:
+    refused = status(503, "ServiceUnavailable", "dial tcp 10.0.0.5:8000: connect: connection refused")
+    kube = FakeKube(proxy=[refused, vllm(200, b'{"success":true}')])
+    got = reset(caller(kube, "proxy"), REF, 8000, "/reset_prefix_cache", [])
+    assert got.outcome is ResetOutcome.CLEARED
+    assert kube.calls == ["proxy", "get-pod", "proxy"]
+
+
+def test_vllm_5xx_is_retried_a_bounded_number_of_times() -> None:
+    kube = FakeKube(proxy=[vllm(500, b"Internal Server Error")])
+    got = reset(caller(kube, "proxy"), REF, 8000, "/reset_prefix_cache", [], attempts=3)
+    assert got.outcome is ResetOutcome.SERVER_ERROR and got.calls == 3
+
+
+def test_busy_retries_until_free() -> None:
+    kube = FakeKube(proxy=[vllm(200, b'{"success":false}'), vllm(200, b'{"success":false}'), vllm(200, b'{"success":true}')])
+    got = reset(caller(kube, "proxy"), REF, 8000, "/reset_prefix_cache", [])
+    assert (got.outcome, got.busy_answers, got.calls) == (ResetOutcome.CLEARED, 2, 3)
+
+
+def test_busy_past_the_timeout_stays_busy() -> None:
+    ticks = iter(range(0, 1000, 10))
+    kube = FakeKube(proxy=[vllm(200, b'{"success":false}')])
+    got = reset(caller(kube, "proxy"), REF, 8000, "/reset_prefix_cache", [], busy_timeout_s=25, clock=lambda: next(ticks))
+    assert got.outcome is ResetOutcome.BUSY and got.busy_answers >= 1
+
+
+def test_dev_mode_off_is_final() -> None:
+    kube = FakeKube(proxy=[vllm(404, b'{"detail":"Not Found"}')])
+    got = reset(caller(kube), REF, 8000, "/reset_prefix_cache", [])
+    assert got.outcome is ResetOutcome.DEV_MODE_OFF and kube.calls == ["proxy"]
+
+
+def test_pod_gone_is_not_retried() -> None:
+    kube = FakeKube(proxy=[status(404, "NotFound", 'pods "pod-a" not found')])
+    got = reset(caller(kube), REF, 8000, "/reset_prefix_cache", [])
+    assert isinstance(got.failure, CallFailure) and got.failure.kind == "pod-gone" and got.calls == 1
