@@ -17,6 +17,16 @@ from packaging.version import Version
 from kubectl_kvreset.tiers import KVLayout, Tier, TierKind
 
 __all__ = [
+    "DISRUPTIVE_STEPS",
+    "FALLBACKS",
+    "LeftTier",
+    "PodSteps",
+    "STEP_API_RESET",
+    "STEP_CLEAR_FS",
+    "STEP_DEVMODE",
+    "STEP_RESTART",
+    "Step",
+    "plan_pod_steps",
     "REMEDY_CLEAR_FS",
     "REMEDY_RESTART",
     "RESET_EXTERNAL_MIN_VERSION",
@@ -222,3 +232,129 @@ def api_reset_effects(
         effects.append(TierEffect(tier=tier, emptied_by_api_reset=emptied, reason=reason,
                                   remedy=remedy))
     return tuple(effects)
+
+
+# --------------------------------------------------------------------------------------------
+# Steps: what `clear` does on one pod to empty every tier it can.
+
+STEP_API_RESET = "api-reset"
+STEP_CLEAR_FS = "clear-fs"
+STEP_RESTART = "restart"
+STEP_DEVMODE = "devmode"
+
+#: Steps that replace pods (the user must allow them: ``--fallback`` or the prompt).
+DISRUPTIVE_STEPS = frozenset({STEP_RESTART, STEP_DEVMODE})
+
+#: The ``--fallback`` values.
+FALLBACKS = ("restart", "devmode", "none")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One action of a pod's plan.
+
+    Attributes:
+        action: ``api-reset``, ``clear-fs``, ``restart`` (the owner, as ``kubectl rollout
+            restart``) or ``devmode`` (set ``VLLM_SERVER_DEV_MODE=1`` on the owner: a rollout).
+        empties: the tiers this step empties.
+        disruptive: True when the step replaces pods.
+    """
+
+    action: str
+    empties: tuple[Tier, ...]
+
+    @property
+    def disruptive(self) -> bool:
+        """True for ``restart`` and ``devmode``."""
+        return self.action in DISRUPTIVE_STEPS
+
+
+@dataclass(frozen=True)
+class LeftTier:
+    """A tier the plan does not empty: ``reason`` says why, ``flag`` the option that would
+    empty it (``--fallback=restart``), or None when no step of this tool can (shared stores)."""
+
+    tier: Tier
+    reason: str
+    flag: str | None
+
+
+@dataclass(frozen=True)
+class PodSteps:
+    """A pod's plan: ``steps`` in order, the tiers ``left``, and ``needs`` (the disruptive
+    step that would empty what is left, if the user allowed it)."""
+
+    steps: tuple[Step, ...]
+    left: tuple[LeftTier, ...]
+    needs: str | None = None
+
+    def actions(self) -> tuple[str, ...]:
+        """The step names in order."""
+        return tuple(s.action for s in self.steps)
+
+
+def plan_pod_steps(effects: tuple[TierEffect, ...], *, dev_mode_on: bool | None, fallback: str) -> PodSteps:
+    """Choose the steps that empty every tier of one pod.
+
+    Rules (vLLM facts in research/vllm.md §3.2, §6; tiers a restart empties: the GPU prefix
+    cache and the CPU offload tier live in the vLLM process and its ``/dev/shm`` mapping, so a
+    new pod starts without them; FS tiers and shared stores outlive the pod):
+
+    - dev mode on: the API reset empties what ``effects`` says.
+    - an FS tier is never emptied by vLLM: ``clear-fs`` deletes its files (before any restart).
+    - a tier only a restart empties (``remedy == "restart"``), or every pod tier when dev mode
+      is off (the reset route is a 404): the disruptive fallback. ``fallback="restart"``
+      restarts the owner; ``"devmode"`` turns dev mode on (which rolls the pods, so they start
+      cold), and cannot help a tier the API never empties on this version (it stays left, with
+      the flag ``--fallback=restart``); ``"none"`` leaves them, naming the flag.
+    - when a restart or devmode rollout is planned, the API reset is dropped (the new pods
+      start cold).
+    - shared stores the API reset does not empty are left with no flag (outside the pods; a
+      restart does not clear them).
+
+    ``dev_mode_on`` None (unknown, e.g. set through ``valueFrom``) is planned as on: the reset
+    answer decides at run time.
+
+    Raises:
+        ValueError: an unknown ``fallback``.
+    """
+    if fallback not in FALLBACKS:
+        raise ValueError(f"unknown fallback {fallback!r}: use one of {', '.join(FALLBACKS)}")
+    dev_off = dev_mode_on is False
+    fs = [e for e in effects if e.tier.kind is TierKind.FS]
+    pod_local = [e for e in effects if e.tier.kind in (TierKind.GPU, TierKind.CPU)]
+    shared = [e for e in effects if e.tier.kind is TierKind.SHARED]
+    needs_restart = [e for e in pod_local if dev_off or not e.emptied_by_api_reset]
+    left: list[LeftTier] = []
+    steps: list[Step] = []
+    needs: str | None = None
+    if fs:
+        steps.append(Step(STEP_CLEAR_FS, tuple(e.tier for e in fs)))
+    disruptive: str | None = None
+    if needs_restart:
+        if fallback == "restart":
+            disruptive = STEP_RESTART
+        elif fallback == "devmode" and dev_off:
+            disruptive = STEP_DEVMODE
+        else:
+            needs = STEP_DEVMODE if dev_off and all(e.emptied_by_api_reset for e in pod_local) else STEP_RESTART
+    if disruptive is not None:
+        steps.append(Step(disruptive, tuple(e.tier for e in pod_local)))
+    else:
+        if not dev_off:
+            steps.insert(0, Step(STEP_API_RESET, tuple(e.tier for e in pod_local if e.emptied_by_api_reset)))
+        for e in needs_restart:
+            if dev_off:
+                reason = "dev mode is off: vLLM has no reset route (a 404)"
+                flag = "--fallback=devmode or --fallback=restart"
+            else:
+                reason = e.reason
+                flag = "--fallback=restart"
+            left.append(LeftTier(e.tier, reason, flag))
+    for e in shared:
+        if dev_off or disruptive is not None or not e.emptied_by_api_reset:
+            why = e.reason if not e.emptied_by_api_reset else "only the API reset empties it, and it is not run"
+            left.append(LeftTier(e.tier, why + "; outside the pods, a restart does not clear it", None))
+        elif steps and steps[0].action == STEP_API_RESET:
+            steps[0] = Step(STEP_API_RESET, steps[0].empties + (e.tier,))
+    return PodSteps(tuple(steps), tuple(left), needs)

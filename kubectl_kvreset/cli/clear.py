@@ -40,6 +40,13 @@ from .options import (
               help="Also send reset_running_requests=true: running requests are preempted and recomputed.")
 @click.option("--busy-timeout", default="30s", show_default=True, metavar="DURATION",
               help="How long to retry while vLLM answers success:false (blocks still held).")
+@click.option("--fallback", type=click.Choice(["restart", "devmode", "none"]), default=None,
+              help="The disruptive step allowed for tiers only replacing pods empties (a CPU tier the version's API "
+                   "reset leaves, or dev mode off): restart the owner, or turn dev mode on (a rollout). "
+                   "Default: none, except that a terminal offers the choice.")
+@click.option("--timeout", default="300s", show_default=True, metavar="DURATION",
+              help="How long to wait for a restart or dev-mode rollout to complete.")
+@click.option("--model-only", is_flag=True, help="clear-fs step: delete only the served model's directories in an FS tier.")
 @click.option("--dry-run", is_flag=True, help="Print each pod's plan (steps, tiers emptied and left); change nothing.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation on a terminal.")
 @output_option
@@ -51,16 +58,17 @@ def command(**params: Any) -> None:
     """Empty the KV cache tiers of the targeted vLLM pods and say what was left.
 
     Targets are OWNER arguments (deployment/NAME, leaderworkerset/NAME, pod/NAME; a bare name
-    is a Deployment), --all or -l SELECTOR. Every API port of every pod is reset, in parallel.
+    is a Deployment), --all or -l SELECTOR. Per pod the plan chains: the API reset on every
+    port (in parallel), clear-fs where an FS tier remains, and, where a tier remains that only
+    a restart empties or dev mode is off, the disruptive fallback the user allowed.
     """
     from ..kube import parse_duration
-    from ..plan import api_reset_effects
     from ..podapi import CallFailure, probe_version
-    from ..report import ExitCode, Report
-    from ..vllm_api import extra_reset_routes, parse_version, reset_query
+    from ..report import ExitCode
     from .context import complete, exit_if_empty
 
     busy_timeout = parse_duration(params["busy_timeout"], default=30.0) or 0.0
+    rollout_timeout = parse_duration(params["timeout"], default=300.0) or 0.0
     ctx = complete(params, default_all=False)
     exit_if_empty(ctx, required=True)
     pods = ctx.pods
@@ -71,49 +79,162 @@ def command(**params: Any) -> None:
         return probe_version(ctx.caller, ctx.ref(pod), pod.ports[0].port, scheme=pod.ports[0].scheme)
 
     probed = list(parallel(pods, probe, params["max_concurrency"]))
-    plans = []
-    for pod, got in zip(pods, probed, strict=True):
-        version_text = got if isinstance(got, str) else None
-        version = parse_version(version_text)
-        effects = api_reset_effects(pod.layout, version, reset_external=True)
-        query = reset_query(version, reset_external=True, reset_running_requests=params["preempt_running"])
-        plans.append(PodPlan(pod, version_text, got if isinstance(got, CallFailure) else None, effects, query,
-                             ("/reset_prefix_cache",) + extra_reset_routes(version)))
-
-    if params["dry_run"] or (sys.stdin.isatty() and not params["yes"]):
-        plan_report = plan_rows(plans, ctx.scope)
-        if params["dry_run"]:
-            emit(plan_report, params["output"], empty_message="Nothing to do.")
-        info(plan_report.render("table").rstrip())
+    chosen = params["fallback"]
+    plans = build_plans(pods, probed, chosen or "none", params["preempt_running"])
+    interactive = sys.stdin.isatty() and not params["yes"] and not params["dry_run"]
+    if params["dry_run"]:
+        emit(plan_rows(plans, ctx.scope), params["output"], empty_message="Nothing to do.")
+    if interactive:
+        info(plan_rows(plans, ctx.scope).render("table").rstrip())
+        needs = sorted({p.steps.needs for p in plans if p.steps.needs})
+        if needs and chosen is None:
+            info("Some tiers are emptied only by replacing pods: " + ", ".join(needs) + " would empty them.")
+            chosen = click.prompt("Fallback (restart: restart the owners; devmode: turn dev mode on, which rolls "
+                                  "the pods; none: leave those tiers)", type=click.Choice(["restart", "devmode", "none"]),
+                                  default="none", err=True)
+            plans = build_plans(pods, probed, chosen, params["preempt_running"])
+            info(plan_rows(plans, ctx.scope).render("table").rstrip())
         if not click.confirm("Run these steps?", default=False, err=True):
             info("nothing changed")
             sys.exit(int(ExitCode.FAILED))
+    outcome = run_plans(ctx, plans, busy_timeout=busy_timeout, rollout_timeout=rollout_timeout,
+                        model_only=params["model_only"], max_workers=params["max_concurrency"])
+    emit(outcome, params["output"], empty_message="No vLLM server pods targeted.")
 
-    units = [(plan, port) for plan in plans for port in plan.pod.ports]
-    results = list(parallel(units, lambda u: reset_port(ctx.caller, u[0], u[1], busy_timeout), params["max_concurrency"]))
-    report = Report("CacheReset", result_columns(ctx.scope))
-    for (plan, port), outcome in zip(units, results, strict=True):
-        row, code = result_row(plan, port, outcome)
-        report.add(row, code)
-    for plan in plans:
-        if not plan.pod.ports:
-            report.add({"namespace": plan.pod.namespace, "pod": plan.pod.name, "owner": plan.pod.owner.ref(),
-                        "result": "failed", "message": "no API port found in the vLLM command"}, ExitCode.FAILED)
-    emit(report, params["output"], empty_message="No vLLM server pods targeted.")
+
+def dev_mode_on(pod: Any) -> bool | None:
+    """Whether the pod's vLLM serves the dev routes, from its spec: True for a literal non-zero
+    integer, False when unset, zero or invalid (an invalid value crash-loops the server), None
+    when set through ``valueFrom``/``envFrom`` (the reset answer decides)."""
+    dm = pod.dev_mode
+    if dm.source is None:
+        return False
+    if dm.source != "env":
+        return None
+    return bool(dm.enabled)
 
 
 class PodPlan:
-    """What ``clear`` will do on one pod: the routes to call with ``query`` on each port and
-    what the API reset empties (``effects``, from :func:`kubectl_kvreset.plan.api_reset_effects`)."""
+    """What ``clear`` will do on one pod: the routes to call with ``query`` on each port, what
+    the API reset empties (``effects``) and the chained ``steps``
+    (:func:`kubectl_kvreset.plan.plan_pod_steps`)."""
 
     def __init__(self, pod: Any, version: str | None, probe_failure: Any, effects: Any,
-                 query: list[tuple[str, str]], routes: tuple[str, ...]) -> None:
+                 query: list[tuple[str, str]], routes: tuple[str, ...], steps: Any) -> None:
         self.pod = pod
         self.version = version
         self.probe_failure = probe_failure
         self.effects = effects
         self.query = query
         self.routes = routes
+        self.steps = steps
+
+    def has(self, action: str) -> bool:
+        """True when the plan holds the step ``action``."""
+        return action in self.steps.actions()
+
+
+def build_plans(pods: list[Any], probed: list[Any], fallback: str, preempt: bool) -> list[PodPlan]:
+    """One :class:`PodPlan` per pod. A disruptive step acts on the owner, so when one pod of an
+    owner needs it, every targeted pod of that owner gets it (their API reset is dropped: the
+    new pods start cold)."""
+    from ..plan import DISRUPTIVE_STEPS, STEP_CLEAR_FS, LeftTier, PodSteps, Step, api_reset_effects, plan_pod_steps
+    from ..podapi import CallFailure
+    from ..tiers import TierKind
+    from ..vllm_api import extra_reset_routes, parse_version, reset_query
+
+    plans: list[PodPlan] = []
+    for pod, got in zip(pods, probed, strict=True):
+        version_text = got if isinstance(got, str) else None
+        version = parse_version(version_text)
+        effects = api_reset_effects(pod.layout, version, reset_external=True)
+        query = reset_query(version, reset_external=True, reset_running_requests=preempt)
+        steps = plan_pod_steps(effects, dev_mode_on=dev_mode_on(pod), fallback=fallback)
+        plans.append(PodPlan(pod, version_text, got if isinstance(got, CallFailure) else None, effects, query,
+                             ("/reset_prefix_cache",) + extra_reset_routes(version), steps))
+    owner_step: dict[tuple[str, Any], str] = {}
+    for plan in plans:
+        for step in plan.steps.steps:
+            if step.action in DISRUPTIVE_STEPS:
+                key = (plan.pod.namespace, plan.pod.owner)
+                owner_step[key] = "restart" if "restart" in (owner_step.get(key), step.action) else step.action
+    for plan in plans:
+        action = owner_step.get((plan.pod.namespace, plan.pod.owner))
+        if action is None or plan.has(action):
+            continue
+        local = tuple(e.tier for e in plan.effects if e.tier.kind in (TierKind.GPU, TierKind.CPU))
+        kept = tuple(s for s in plan.steps.steps if s.action == STEP_CLEAR_FS)
+        left = tuple(lt for lt in plan.steps.left if lt.tier.kind is TierKind.SHARED)
+        left += tuple(LeftTier(e.tier, "the owner is replaced, and " + e.reason, None)
+                      for e in plan.effects if e.tier.kind is TierKind.SHARED and e.emptied_by_api_reset)
+        plan.steps = PodSteps(kept + (Step(action, local),), left, None)
+    return plans
+
+
+class RunOutcome:
+    """Results of every step of a run, keyed for the rows: API resets per (pod, port), FS
+    volume results per pod name, owner results per (namespace, owner)."""
+
+    def __init__(self) -> None:
+        self.resets: dict[tuple[str, str, int], list[Any]] = {}
+        self.fs: dict[tuple[str, str], list[Any]] = {}
+        self.owners: dict[tuple[str, Any], Any] = {}
+
+
+def run_plans(ctx: Any, plans: list[PodPlan], *, busy_timeout: float, rollout_timeout: float,
+              model_only: bool, max_workers: int) -> Any:
+    """Run the steps in order: API resets (parallel), FS tiers (one deletion per volume,
+    parallel), then owner rollouts (devmode, restart; prefill before decode). Returns the
+    ``CacheReset`` report."""
+    from ..plan import STEP_API_RESET, STEP_CLEAR_FS, STEP_DEVMODE, STEP_RESTART
+
+    outcome = RunOutcome()
+    units = [(plan, port) for plan in plans if plan.has(STEP_API_RESET) for port in plan.pod.ports]
+    results = parallel(units, lambda u: reset_port(ctx.caller, u[0], u[1], busy_timeout), max_workers)
+    for (plan, port), port_results in zip(units, results, strict=True):
+        outcome.resets[(plan.pod.namespace, plan.pod.name, port.port)] = port_results
+
+    fs_pods = [plan.pod for plan in plans if plan.has(STEP_CLEAR_FS)]
+    if fs_pods:
+        from ..fstier import plan_fs_clear, run_fs_clear
+
+        targets = plan_fs_clear(fs_pods, ctx.universe, model_only=model_only)
+        fs_results = parallel(targets, lambda t: run_fs_clear(ctx.kube, t), max_workers)
+        for target, fs_result in zip(targets, fs_results, strict=True):
+            for name in fs_result_pods(target):
+                outcome.fs.setdefault((target.namespace, name), []).append(fs_result)
+            if getattr(target, "other_pods", None):
+                info(f"warning: {fs_volume_label(target)} is also mounted by pods outside the targets "
+                     f"({', '.join(target.other_pods)}): their FS tier was emptied too")
+
+    progress = info if sys.stderr.isatty() else None
+    devmode_owners = _owners(plans, STEP_DEVMODE)
+    if devmode_owners:
+        from ..rollout import DevModeResult, run_phased, set_dev_mode
+
+        def enable(ns: str, owner: Any, role: str | None) -> Any:
+            return set_dev_mode(ctx.kube, ns, owner, enable=True, timeout_s=rollout_timeout, progress=progress, role=role)
+
+        def skip(ns: str, owner: Any, role: str | None, why: str) -> Any:
+            return DevModeResult(ns, owner, role, "enable", "skipped", message=why)
+
+        for dm in run_phased(devmode_owners, enable, skip, ok=lambda r: bool(r.ok)):
+            outcome.owners[(dm.namespace, dm.owner)] = dm
+    restart_owners_ = _owners(plans, STEP_RESTART)
+    if restart_owners_:
+        from ..rollout import restart_owners
+
+        for owner_result in restart_owners(ctx.kube, restart_owners_, timeout_s=rollout_timeout, progress=progress):
+            outcome.owners[(owner_result.namespace, owner_result.owner)] = owner_result
+    return build_report(ctx, plans, outcome)
+
+
+def _owners(plans: list[PodPlan], action: str) -> list[tuple[str, Any, str | None]]:
+    seen: dict[tuple[str, Any], str | None] = {}
+    for plan in plans:
+        if plan.has(action):
+            seen.setdefault((plan.pod.namespace, plan.pod.owner), plan.pod.role)
+    return [(ns, owner, role) for (ns, owner), role in seen.items()]
 
 
 def tier_label(tier: Any) -> str:
@@ -127,26 +248,37 @@ def tier_label(tier: Any) -> str:
 
 
 def plan_rows(plans: list[PodPlan], scope: str | None) -> Any:
-    """The ``--dry-run`` report: one ``PlannedReset`` row per pod."""
+    """The plan as a report: one ``PlannedReset`` row per pod (steps, tiers each empties,
+    tiers left with the flag that would empty them)."""
     from urllib.parse import urlencode
 
     from ..report import Column, Report
 
-    cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORTS", "ports"),
+    cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORTS", "ports", wide=True),
             Column("VERSION", "version"), Column("STEPS", "steps"), Column("EMPTIES", "empties"),
             Column("LEAVES", "leaves")]
     if scope is not None:
         cols = cols[1:]
     report = Report("PlannedReset", cols)
     for plan in plans:
-        q = "?" + urlencode(plan.query) if plan.query else ""
-        steps = [f"POST {plan.routes[0]}{q}"] + [f"POST {r}" for r in plan.routes[1:]]
+        steps: list[str] = []
+        for step in plan.steps.steps:
+            if step.action == "api-reset":
+                q = "?" + urlencode(plan.query) if plan.query else ""
+                steps += [f"POST {plan.routes[0]}{q}"] + [f"POST {r}" for r in plan.routes[1:]]
+            elif step.action == "clear-fs":
+                steps.append("clear-fs " + ",".join(t.root_dir or "" for t in step.empties))
+            elif step.action == "restart":
+                steps.append(f"restart {plan.pod.owner.ref()}")
+            else:
+                steps.append(f"devmode --enable {plan.pod.owner.ref()}")
         report.add({
             "namespace": plan.pod.namespace, "pod": plan.pod.name, "owner": plan.pod.owner.ref(),
             "ports": [p.port for p in plan.pod.ports], "version": plan.version or "unknown",
             "steps": steps,
-            "empties": [tier_label(e.tier) for e in plan.effects if e.emptied_by_api_reset],
-            "leaves": [f"{tier_label(e.tier)} ({e.remedy or 'outside the pods'})" for e in plan.effects if not e.emptied_by_api_reset],
+            "empties": [tier_label(t) for step in plan.steps.steps for t in step.empties],
+            "leaves": [f"{tier_label(lt.tier)} ({lt.flag or 'outside the pods'})" for lt in plan.steps.left],
+            "disruptive": [s.action for s in plan.steps.steps if s.disruptive],
         })
     return report
 
@@ -173,7 +305,8 @@ def result_columns(scope: str | None) -> list[Any]:
     cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORT", "port"),
             Column("ROLE", "role"), Column("OWNER", "owner", wide=True), Column("VERSION", "version"),
             Column("GPU", "gpu"), Column("CPU", "cpu"), Column("FS", "fs"), Column("SHARED", "shared"),
-            Column("RESULT", "result"), Column("CALLS", "calls", wide=True), Column("MESSAGE", "message")]
+            Column("RESULT", "result"), Column("STEPS", "steps", wide=True), Column("CALLS", "calls", wide=True),
+            Column("MESSAGE", "message")]
     return cols[1:] if scope is not None else cols
 
 
@@ -186,71 +319,163 @@ def dev_mode_hint(pod: Any) -> str:
             "their caches; the dev routes are unauthenticated, remove the variable afterwards)")
 
 
-def result_row(plan: PodPlan, port: Any, results: list[Any]) -> tuple[dict[str, Any], Any]:
-    """One ``CacheReset`` row and its exit code from the reset results of one port."""
+def fs_result_pods(target: Any) -> list[str]:
+    """Names of the targeted pods whose FS tier a volume deletion covers."""
+    return [str(p) for p in target.pods]
+
+
+def fs_volume_label(target: Any) -> str:
+    """How a report names a backing volume (``pvc/NAME`` ...)."""
+    return str(target.volume)
+
+
+def build_report(ctx: Any, plans: list[PodPlan], outcome: RunOutcome) -> Any:
+    """The ``CacheReset`` report: one row per pod and API port (one per pod without ports)."""
+    from ..report import Report
+
+    report = Report("CacheReset", result_columns(ctx.scope))
+    for plan in plans:
+        ports = list(plan.pod.ports) or [None]
+        for port in ports:
+            row, code = result_row(plan, port, outcome)
+            report.add(row, code)
+    return report
+
+
+def result_row(plan: PodPlan, port: Any, outcome: RunOutcome) -> tuple[dict[str, Any], Any]:
+    """One ``CacheReset`` row and the exit code it earns."""
     from ..report import ExitCode
     from ..vllm_api import ResetOutcome
 
     pod = plan.pod
-    first = results[0]
-    outcome = first.outcome
-    reset_ok = outcome in (ResetOutcome.CLEARED, ResetOutcome.UNCONFIRMED)
-    confirmed = outcome is ResetOutcome.CLEARED
-    done_word = "emptied" if confirmed else "unconfirmed"
-    cells: dict[str, list[str]] = {"gpu": [], "cpu": [], "fs": [], "shared": []}
-    left: list[dict[str, Any]] = []
-    for effect in plan.effects:
-        kind = effect.tier.kind.value
-        if not reset_ok:
-            state = "not emptied"
-        elif effect.emptied_by_api_reset:
-            state = done_word
-        else:
-            state = "left"
-            left.append({"tier": tier_label(effect.tier), "reason": effect.reason, "remedy": effect.remedy})
-        cells.setdefault(kind, []).append(state)
     messages: list[str] = []
-    code = ExitCode.OK
-    if reset_ok:
-        result = "emptied" if confirmed else "unconfirmed"
-        if not confirmed:
-            messages.append("vLLM < 0.26 answers an empty 200: the reset ran but its result is not known")
-            code = ExitCode.UNCONFIRMED
-        for extra in results[1:]:
-            if extra.outcome not in (ResetOutcome.CLEARED, ResetOutcome.UNCONFIRMED):
-                messages.append(f"{extra.route}: {extra.answer.detail if extra.answer else extra.failure.message}")
-                code = ExitCode.FAILED
-        if left:
-            result = "partial"
-            code = ExitCode.FAILED
-            for item in left:
-                messages.append(f"{item['tier']} left: {item['reason']}" + (f"; to empty it: {item['remedy']}" if item["remedy"] else ""))
+    failure_result: str | None = None
+    unconfirmed = False
+    step_of: dict[int, str] = {}
+    for step in plan.steps.steps:
+        for tier in step.empties:
+            step_of.setdefault(id(tier), step.action)
+    left_ids = {id(lt.tier): lt for lt in plan.steps.left}
+    resets = outcome.resets.get((pod.namespace, pod.name, port.port)) if port is not None else None
+    reset_state: str | None = None
+    if plan.has("api-reset"):
+        if not resets:
+            reset_state, failure_result = "not emptied", "failed"
+            messages.append("no API port found in the vLLM command")
+        else:
+            first = resets[0]
+            if first.outcome is ResetOutcome.CLEARED:
+                reset_state = "emptied"
+            elif first.outcome is ResetOutcome.UNCONFIRMED:
+                reset_state, unconfirmed = "unconfirmed", True
+                messages.append("vLLM < 0.26 answers an empty 200: the reset ran but its result is not known")
+            else:
+                reset_state = "not emptied"
+                failure_result, reset_text = describe_reset_failure(pod, first)
+                messages.append(reset_text)
+            for extra in resets[1:]:
+                if extra.outcome not in (ResetOutcome.CLEARED, ResetOutcome.UNCONFIRMED):
+                    messages.append(f"{extra.route}: {extra.answer.detail if extra.answer else extra.failure.message}")
+                    failure_result = failure_result or "failed"
+    owner_res = outcome.owners.get((pod.namespace, pod.owner))
+    owner_state: str | None = None
+    if owner_res is not None:
+        if owner_result_ok(owner_res):
+            owner_state = "emptied"
+            verb = "restarted" if plan.has("restart") else "dev mode turned on, which rolled"
+            messages.append(f"{pod.owner.ref()} {verb}: its new pods start cold")
+        else:
+            owner_state = "not emptied"
+            failure_result = failure_result or "failed"
+            messages.append(owner_result_message(owner_res))
+    fs_results = outcome.fs.get((pod.namespace, pod.name), [])
+    cells: dict[str, list[str]] = {"gpu": [], "cpu": [], "fs": [], "shared": []}
+    left_rows: list[dict[str, Any]] = []
+    for effect in plan.effects:
+        tier = effect.tier
+        action = step_of.get(id(tier))
+        lt = left_ids.get(id(tier))
+        state: str
+        if lt is not None or action is None:
+            state = "left"
+            reason = lt.reason if lt is not None else effect.reason
+            flag = lt.flag if lt is not None else None
+            left_rows.append({"tier": tier_label(tier), "reason": reason, "remedy": flag})
+            messages.append(f"{tier_label(tier)} left: {reason}" + (f"; to empty it: {flag}" if flag else ""))
+        elif action == "api-reset":
+            state = reset_state or "not emptied"
+        elif action == "clear-fs":
+            state, fs_text = fs_state(tier, fs_results)
+            if fs_text:
+                messages.append(fs_text)
+            if state != "emptied":
+                failure_result = failure_result or "failed"
+        else:
+            state = owner_state or "not emptied"
+        cells[tier.kind.value].append(state)
+    states = [st for v in cells.values() for st in v]
+    all_done = all(st in ("emptied", "unconfirmed") for st in states)
+    if failure_result is None and all_done:
+        result = "unconfirmed" if unconfirmed else "emptied"
+        code = ExitCode.UNCONFIRMED if unconfirmed else ExitCode.OK
     else:
         code = ExitCode.FAILED
-        if first.failure is not None:
-            result = {"forbidden": "forbidden", "pod-gone": "pod gone", "unreachable": "unreachable",
-                      "refused": "unreachable"}.get(first.failure.kind, "failed")
-            messages.append(first.failure.message)
-        elif outcome is ResetOutcome.BUSY:
-            result = "busy"
-            messages.append(f"vLLM kept answering success:false for {first.elapsed_s:.0f}s (blocks held by running "
-                            "requests or transfers): retry later, or use --preempt-running")
-        elif outcome is ResetOutcome.DEV_MODE_OFF:
-            result = "dev mode off"
-            messages.append(dev_mode_hint(pod))
-        else:
-            result = "failed"
-            messages.append(first.answer.detail if first.answer else "no answer")
-    if plan.probe_failure is not None and plan.version is None and reset_ok:
+        result = failure_result or "partial"
+    if plan.probe_failure is not None and plan.version is None and reset_state in ("emptied", "unconfirmed"):
         messages.append(f"version unknown ({plan.probe_failure.message}): assumed the oldest behaviour")
     row = {
-        "namespace": pod.namespace, "pod": pod.name, "port": port.port, "role": pod.role,
-        "owner": pod.owner.ref(), "container": pod.container, "version": plan.version,
+        "namespace": pod.namespace, "pod": pod.name, "port": port.port if port is not None else None,
+        "role": pod.role, "owner": pod.owner.ref(), "container": pod.container, "version": plan.version,
         "gpu": _join(cells["gpu"]), "cpu": _join(cells["cpu"]), "fs": _join(cells["fs"]),
         "shared": _join(cells["shared"]), "result": result, "message": "; ".join(messages) or None,
-        "calls": sum(r.calls for r in results), "busy_answers": first.busy_answers, "left": left,
+        "steps": list(plan.steps.actions()),
+        "calls": sum(r.calls for r in resets) if resets else 0,
+        "busy_answers": resets[0].busy_answers if resets else 0, "left": left_rows,
     }
     return row, code
+
+
+def describe_reset_failure(pod: Any, first: Any) -> tuple[str, str]:
+    """``(result, message)`` for an API reset that did not empty the cache."""
+    from ..vllm_api import ResetOutcome
+
+    if first.failure is not None:
+        result = {"forbidden": "forbidden", "pod-gone": "pod gone", "unreachable": "unreachable",
+                  "refused": "unreachable"}.get(first.failure.kind, "failed")
+        return result, first.failure.message
+    if first.outcome is ResetOutcome.BUSY:
+        return "busy", (f"vLLM kept answering success:false for {first.elapsed_s:.0f}s (blocks held by running "
+                        "requests or transfers): retry later, or use --preempt-running")
+    if first.outcome is ResetOutcome.DEV_MODE_OFF:
+        return "dev mode off", dev_mode_hint(pod)
+    return "failed", first.answer.detail if first.answer else "no answer"
+
+
+def fs_state(tier: Any, results: list[Any]) -> tuple[str, str | None]:
+    """The state of an FS tier from the volume deletions covering it, and a message."""
+    mine = [r for r in results if getattr(r.target, "root", None) == tier.root_dir] or results
+    if not mine:
+        return "not emptied", f"{tier_label(tier)}: no deletion ran"
+    for r in mine:
+        if r.result != "emptied":
+            return "not emptied", f"{tier_label(tier)}: {r.message}"
+    return "emptied", None
+
+
+def owner_result_ok(res: Any) -> bool:
+    """True when an owner's pods were replaced: a restart whose rollout completed, or a
+    dev-mode patch that rolled the pods (``unchanged`` rolled nothing, so it empties nothing)."""
+    if getattr(res, "action", None) == "enable":
+        return bool(res.ok) and res.result == "enabled"
+    return bool(res.ok)
+
+
+def owner_result_message(res: Any) -> str:
+    """What an owner's failed rollout reported."""
+    if getattr(res, "action", None) == "enable" and res.result == "unchanged":
+        return (f"{res.owner.ref()} already sets VLLM_SERVER_DEV_MODE=1 in its template, so nothing was rolled: "
+                "the pods differ from their template; use --fallback=restart")
+    return str(res.message or res.result)
 
 
 def _join(states: list[str]) -> str | None:

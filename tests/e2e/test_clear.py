@@ -105,18 +105,6 @@ def test_dev_mode_off_on_some_pods(sim) -> None:
         assert (st["prefix_cache_blocks"] == 0) == ("prefill" in pod["name"])
 
 
-def test_tiered_fixture_leaves_fs_tier(sim) -> None:
-    cluster = sim([fixture_file("05")], namespace=NS, dev_mode="on", vllm_version="0.26.0")
-    code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
-    assert code == 1, err
-    for r in rows:
-        assert (r["gpu"], r["cpu"], r["fs"], r["result"]) == ("emptied", "emptied", "left", "partial")
-        assert any(item["tier"] == "fs:/mnt/files-storage" for item in r["left"])
-    for pod in cluster.live_pods():
-        assert pod["fs_tier_files"], "the FS tier keeps its files"
-        assert all(st["offload_cpu_blocks"] == 0 for st in pod["ports"].values() if st["role"] == "vllm")
-
-
 def test_dry_run_changes_nothing(sim) -> None:
     cluster = sim([fixture_file("05")], namespace=NS, dev_mode="on", vllm_version="0.23.0")
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--dry-run")

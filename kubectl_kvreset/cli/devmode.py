@@ -1,0 +1,113 @@
+"""``kubectl kvreset devmode``: show, enable or disable ``VLLM_SERVER_DEV_MODE`` per owner."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from .options import EXIT_CODES_HELP, emit, handle_errors, info, kube_flags, output_option, target_options
+
+
+@click.command(
+    "devmode",
+    epilog=(
+        "\b\nExamples:\n"
+        "  kubectl kvreset devmode -n llm-d                       # status of every owner\n"
+        "  kubectl kvreset devmode --enable -n llm-d --all\n"
+        "  kubectl kvreset devmode --disable deployment/ms-decode --yes\n\n"
+        "vLLM reads VLLM_SERVER_DEV_MODE with int(): \"1\" turns the dev routes on (POST "
+        "/reset_prefix_cache needs them), \"true\" or \"\" crash the server at start. --enable "
+        "writes exactly \"1\" into the vLLM container of every pod template (Deployment; "
+        "LeaderWorkerSet leader and worker) and waits for the rollout; the pods are replaced, "
+        "so their caches are emptied. Prefill owners are done before decode owners. The dev "
+        "endpoints are unauthenticated: turn dev mode off when done. "
+        "On a terminal it asks first unless --yes; without a terminal it runs. " + EXIT_CODES_HELP
+    ),
+)
+@target_options
+@click.option("--enable", "mode", flag_value="enable", help='Set VLLM_SERVER_DEV_MODE="1" (pods are replaced).')
+@click.option("--disable", "mode", flag_value="disable", help="Remove VLLM_SERVER_DEV_MODE (pods are replaced).")
+@click.option("--ignore-owner", is_flag=True,
+              help="Patch even when a controller or GitOps tool manages the owner (it may revert the patch).")
+@click.option("--timeout", default="300s", show_default=True, metavar="DURATION",
+              help="How long to wait for each owner's rollout.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation on a terminal.")
+@output_option
+@kube_flags
+@handle_errors
+def command(**params: Any) -> None:
+    """Show whether vLLM's dev mode is on per owner; --enable or --disable it.
+
+    One row per owner (Deployment, LeaderWorkerSet). The status reads env and envFrom
+    (ConfigMaps and Secrets, when permitted) and says whether vLLM would accept the value.
+    """
+    from ..kube import parse_duration
+    from ..report import Column, ExitCode, Report
+    from ..rollout import DevModeResult, read_dev_mode, run_phased, set_dev_mode
+    from .context import complete, exit_if_empty
+
+    mode = params.get("mode")
+    timeout_s = parse_duration(params["timeout"], default=300.0) or 300.0
+    ctx = complete(params, default_all=mode is None)
+    owners = _owners(ctx.pods)
+    columns = [Column("NAMESPACE", "namespace"), Column("OWNER", "owner"), Column("ROLE", "role"),
+               Column("DEV MODE", "dev_mode"), Column("VALUE", "value"), Column("SOURCE", "source"),
+               Column("RESULT", "result"), Column("TEMPLATES", "templates", wide=True),
+               Column("MANAGED BY", "managed_by", wide=True), Column("MESSAGE", "message", wide=True)]
+    if ctx.scope is not None:
+        columns = columns[1:]
+    report = Report("DevMode", columns)
+
+    if mode is None:
+        for ns, owner, role, pod in owners:
+            res = read_dev_mode(ctx.kube, ns, owner, role, pod)
+            report.add(res.row(), ExitCode.OK if res.ok else ExitCode.FAILED)
+            if res.message and params["output"] == "table":
+                info(f"{'warning' if res.ok else 'error'}: {ns}/{owner.ref()}: {res.message}")
+        emit(report, params["output"], empty_message="No vLLM server pods found.")
+        return
+
+    exit_if_empty(ctx, required=True)
+    enable = mode == "enable"
+    if sys.stdin.isatty() and not params["yes"]:
+        verb = 'set VLLM_SERVER_DEV_MODE="1" on' if enable else "remove VLLM_SERVER_DEV_MODE from"
+        info(f"This will {verb} (prefill before decode), replacing every pod of:")
+        for ns, owner, role, _ in owners:
+            info(f"  {ns}/{owner.ref()}" + (f" ({role})" if role else ""))
+        if not click.confirm("Continue?", default=False, err=True):
+            info("nothing changed")
+            sys.exit(int(ExitCode.FAILED))
+    progress = info if sys.stderr.isatty() else None
+
+    def act(ns: str, owner: Any, role: str | None) -> DevModeResult:
+        return set_dev_mode(ctx.kube, ns, owner, enable=enable, ignore_owner=params["ignore_owner"],
+                            timeout_s=timeout_s, progress=progress, role=role)
+
+    def skip(ns: str, owner: Any, role: str | None, why: str) -> DevModeResult:
+        return DevModeResult(ns, owner, role, mode, "skipped", message=why)
+
+    results: list[DevModeResult] = run_phased([(ns, o, r) for ns, o, r, _ in owners], act, skip,
+                                              ok=lambda r: bool(r.ok), max_workers=1)
+    for res in results:
+        report.add(res.row(), ExitCode.OK if res.ok else ExitCode.FAILED)
+        if not res.ok:
+            info(f"error: {res.namespace}/{res.owner.ref()}: {res.result}: {res.message}")
+    changed = [r for r in results if r.result == "enabled"]
+    if changed:
+        info("warning: vLLM's dev endpoints (/reset_prefix_cache, /sleep, /collective_rpc ...) are now served "
+             "without authentication to anyone who reaches the pods. The restart emptied their caches. "
+             "Turn dev mode off with: kubectl kvreset devmode --disable "
+             + " ".join(r.owner.ref() for r in changed) + f" -n {changed[0].namespace}")
+    emit(report, params["output"], empty_message="No vLLM server pods targeted.")
+
+
+def _owners(pods: list[Any]) -> list[tuple[str, Any, str | None, Any]]:
+    """``(namespace, owner, role, raw pod)`` per owner of the pods, in the pods' order."""
+    seen: dict[tuple[str, Any], tuple[str, Any, str | None, Any]] = {}
+    for pod in pods:
+        key = (pod.namespace, pod.owner)
+        if key not in seen:
+            seen[key] = (pod.namespace, pod.owner, pod.role, pod.raw)
+    return list(seen.values())
