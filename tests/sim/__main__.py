@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from .controllers import Cluster, ClusterConfig, PodBackend, default_backend
+from .rbac import RBACAuthorizer
 from .scenario import Scenario, ScenarioError, load_scenario
 from .server import SimServer
 from .store import ApiError, Store
@@ -82,12 +83,14 @@ class Simulator:
             dev_mode=dev_mode, default_version=vllm_version, sandbox=sandbox),
             self.scenario, backend)
         self.server = SimServer(self.cluster, users=self.scenario.users, namespace=namespace)
+        self.server.authorizer = RBACAuthorizer(self.store)
         self.manifests = manifests
 
     def start(self, wait: float = 60.0) -> None:
         """Load the manifests, start serving, and wait (bounded by ``wait`` seconds) for pods
         to start; with a ready delay of at most 5 s, also for them to be Running."""
-        self.cluster.load_objects(load_manifest_docs(self.manifests))
+        self.cluster.load_objects(load_manifest_docs(self.manifests) +
+                                  [dict(o) for o in self.scenario.rbac])
         self.server.start()
         if self.cluster.config.ready_delay <= 5:
             self.cluster.wait_started(wait)

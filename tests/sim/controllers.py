@@ -29,6 +29,7 @@ import base64
 import copy
 import hashlib
 import heapq
+import inspect
 import itertools
 import json
 import random
@@ -53,7 +54,12 @@ HOST_IP = "192.168.49.2"
 
 
 class RuntimeLike(Protocol):
-    """What the controllers need from a pod runtime (tests/sim/pods.py ``PodRuntime``)."""
+    """What the controllers need from a pod runtime (tests/sim/pods.py ``PodRuntime``).
+
+    Optional, looked up with ``getattr`` by the server: ``served_ports() -> list[int]``
+    (port-forward refuses other ports at once) and ``exec_view(container)`` (exec runs commands
+    only for runtimes that have it); ``state(listing_cache=...)`` is passed a per-snapshot cache
+    when the runtime accepts it."""
 
     def start(self) -> None: ...
 
@@ -245,9 +251,10 @@ class PodRecord:
     deleted: bool = False
     env: dict[str, dict[str, str]] = field(default_factory=dict)
 
-    def state(self) -> dict[str, Any]:
+    def state(self, listing_cache: dict[str, list[str]] | None = None) -> dict[str, Any]:
         """This pod's entry of ``/sim/v1/state``: the simulator's fields plus the runtime's
-        ``state()`` (or an empty skeleton when no runtime serves it)."""
+        ``state()`` (or an empty skeleton when no runtime serves it). ``listing_cache`` is
+        passed to a runtime whose ``state`` accepts it (one directory walk per snapshot)."""
         base: dict[str, Any] = {
             "namespace": self.namespace, "name": self.name, "uid": self.uid,
             "owner": {"kind": self.owner[0], "name": self.owner[1]} if self.owner else None,
@@ -258,7 +265,13 @@ class PodRecord:
         rt: dict[str, Any] = {"env": {}, "ports": {}, "fs_tier_files": [], "shm_files": []}
         if self.runtime is not None:
             try:
-                rt = dict(self.runtime.state())
+                fn = self.runtime.state
+                try:
+                    takes_cache = "listing_cache" in inspect.signature(fn).parameters
+                except (TypeError, ValueError):
+                    takes_cache = False
+                rt = dict(fn(listing_cache=listing_cache) if takes_cache  # type: ignore[call-arg]
+                          else fn())
             except Exception as e:  # a broken runtime must not break the state endpoint
                 rt["state_error"] = repr(e)
         if self.runtime_error:
@@ -340,6 +353,7 @@ class Cluster:
         self._records: dict[str, PodRecord] = {}       # by pod uid
         self._record_order: list[str] = []
         self._ordinals: dict[tuple[str, str, str], itertools.count[int]] = {}
+        self._first_gen: dict[tuple[str, str, str], int] = {}
         self._ip_counter = itertools.count(10)
         self._pool = ThreadPoolExecutor(max_workers=config.start_workers,
                                         thread_name_prefix="sim-pod")
@@ -813,6 +827,34 @@ class Cluster:
                 return bool(c.get("status") == "True")
         return False
 
+    def _first_generation(self, ns: str, owner: tuple[str, str] | None) -> int:
+        """How many pods the owner's first generation has (the pods made when it was created,
+        which start with warm caches; later ones, replacements and scale-ups, start cold):
+        ``spec.replicas`` of a Deployment / ReplicaSet / StatefulSet, ``replicas x size`` of a
+        LeaderWorkerSet, 1 for a bare pod; fixed the first time it is asked."""
+        key = (ns, *(owner or ("Pod", "")))
+        found = self._first_gen.get(key)
+        if found is not None:
+            return found
+        n = 1
+        if owner is not None:
+            kind, name = owner
+            t = {"Deployment": self.t_deploy, "ReplicaSet": self.t_rs,
+                 "LeaderWorkerSet": self.t_lws}.get(kind)
+            if t is None and kind == "StatefulSet":
+                t = self.store.types.lookup("apps", "v1", "statefulsets")
+            obj = self.store.try_get(t, ns, name) if t is not None else None
+            spec = (obj or {}).get("spec") or {}
+            try:
+                n = int(spec.get("replicas", 1))
+                if kind == "LeaderWorkerSet":
+                    n *= int((spec.get("leaderWorkerTemplate") or {}).get("size", 1))
+            except (TypeError, ValueError):
+                n = 1
+        if owner is not None:
+            self._first_gen[key] = n
+        return n
+
     def _next_ordinal(self, ns: str, owner: tuple[str, str] | None, pname: str) -> int:
         key = (ns, *(owner or ("Pod", pname)))
         counter = self._ordinals.setdefault(key, itertools.count())
@@ -860,6 +902,9 @@ class Cluster:
         match_owner = (owner[0].lower(), owner[1]) if owner else ("pod", md["name"])
         overrides, network = self.scenario.pod_settings(match_owner, ordinal, md["namespace"],
                                                         md["name"])
+        first = self._first_generation(md["namespace"], owner)
+        if "cold" not in overrides and ordinal >= first:
+            overrides["cold"] = True
         rec = PodRecord(namespace=md["namespace"], name=md["name"], uid=uid,
                         pod_ip=self._allocate_ip(), owner=owner, ordinal=ordinal,
                         overrides=overrides, network=network, created=time.monotonic())

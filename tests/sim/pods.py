@@ -35,6 +35,10 @@ Per-pod ``overrides`` (all optional; the scenario file passes them through):
 - ``warm_blocks`` (int, default 512): GPU prefix-cache blocks at start;
   ``warm_cpu_blocks`` (int, default 4 x warm_blocks): CPU offload blocks at start.
 - ``fs_files`` (int, default 4): block files each FS tier root gets at start.
+- ``cold`` (bool): start with empty caches (no GPU or CPU blocks, nothing written to FS tiers;
+  the /dev/shm offload file is still created, as vLLM creates it at start). The simulator sets
+  it for every pod that is not of its owner's first generation (replacements after a rollout,
+  a deletion or a scale-up), unless the scenario gives ``cold`` itself.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -56,7 +61,7 @@ from .sandbox import Bind, container_host_path, run_recorded, volume_binds
 from .serveargs import ConnectorInfo, ServeArgs, container_argv, expand_k8s_vars, parse_sidecar_args, parse_vllm_argv
 from .sidecar import RoutingSidecar
 
-__all__ = ["PodContext", "PodRuntime"]
+__all__ = ["ExecView", "PodContext", "PodRuntime"]
 
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 
@@ -95,6 +100,33 @@ class _Server:
     binds: list[Bind]
     env: dict[str, str]
     image: str
+
+
+@dataclass(frozen=True)
+class ExecView:
+    """The part of a pod an exec needs: ``env`` (name -> value), ``binds`` (volume mounts),
+    ``shm_dir`` (host dir of /dev/shm), ``ports`` (served ports, sorted), ``workdir``."""
+
+    env: dict[str, str]
+    binds: list[Bind]
+    shm_dir: Path
+    ports: list[int]
+    workdir: str
+
+
+def _list_files(host: Path, cache: dict[str, list[str]]) -> list[str]:
+    """Files under ``host`` as relative ``/``-separated paths (os.walk, no stat per entry
+    beyond what walk needs), memoised in ``cache`` by host path."""
+    key = str(host)
+    found = cache.get(key)
+    if found is None:
+        found = []
+        for dirpath, _dirs, files in os.walk(key):
+            rel = os.path.relpath(dirpath, key)
+            base = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            found.extend(base + f for f in files)
+        cache[key] = found
+    return found
 
 
 def _mentions_vllm(container: dict[str, Any]) -> bool:
@@ -217,13 +249,21 @@ class PodRuntime:
                 ports[port] = FakeVLLM(
                     port=port, version=self._version, dev_mode=dev == "on", model=server.args.model,
                     served_model_name=server.args.served_model_name, connectors=connectors,
-                    overrides=ctx.overrides, tls=server.args.tls,
+                    overrides=self._cache_overrides(), tls=server.args.tls,
                 )
             if dev != "invalid":
                 self._warm_tiers(server, connectors)
 
         with self._lock:
             self._ports = ports
+
+    def _cache_overrides(self) -> dict[str, Any]:
+        """The overrides given to the fake vLLMs: ``cold`` zeroes the warm GPU and CPU blocks."""
+        ov = dict(self.ctx.overrides)
+        if ov.get("cold"):
+            ov["warm_blocks"] = 0
+            ov["warm_cpu_blocks"] = 0
+        return ov
 
     def _apply_dev_override(self, env: dict[str, str]) -> None:
         mode = self.ctx.overrides.get("dev_mode")
@@ -273,7 +313,8 @@ class PodRuntime:
             for root in conn.fs_roots:
                 host = self._host_dir(server, root)
                 self._fs_roots.append((str(PurePosixPath("/") / root.lstrip("/")), host))
-                self._write_fs_files(host, server.args, kv)
+                if not self.ctx.overrides.get("cold"):
+                    self._write_fs_files(host, server.args, kv)
         if any(c.cpu_tier for c in connectors) and v >= Version("0.20.0"):
             engine = str(kv.get("engine_id") or uuid.uuid5(uuid.NAMESPACE_URL, f"{self.ctx.uid}/{server.container}"))
             ranks = server.args.dp_ranks or (None,)
@@ -330,19 +371,22 @@ class PodRuntime:
                           scheme, transport)
 
     # ------------------------------------------------------------------ state
-    def state(self) -> dict[str, Any]:
+    def state(self, listing_cache: dict[str, list[str]] | None = None) -> dict[str, Any]:
         """The per-pod part of ``/sim/v1/state``: env (of the vLLM container), vllm_container,
         recorded_argv, version, dev_mode, ports (keyed by port number as a string), fs_tier_files,
-        shm_files (container paths, sorted) and notes (why something serves nothing)."""
+        shm_files (container paths, sorted) and notes (why something serves nothing).
+
+        ``listing_cache`` (host directory -> its files, relative, ``/``-separated) lets one
+        ``/sim/v1/state`` walk a PVC shared by many pods once instead of once per pod; pass the
+        same dict for every pod of one snapshot (None: walk without sharing)."""
         with self._lock:
             ports = dict(self._ports)
         env = self._env.get(self._vllm_container or "", {})
+        cache = listing_cache if listing_cache is not None else {}
         fs_files: set[str] = set()
         for croot, host in self._fs_roots:
-            if host.is_dir():
-                for f in host.rglob("*"):
-                    if f.is_file():
-                        fs_files.add(str(PurePosixPath(croot) / f.relative_to(host).as_posix()))
+            prefix = croot.rstrip("/") + "/"
+            fs_files.update(prefix + rel for rel in _list_files(host, cache))
         shm_files: list[str] = []
         if self._shm_host.is_dir():
             shm_files = sorted(f"/dev/shm/{f.name}" for f in self._shm_host.iterdir() if f.name.startswith("vllm_offload"))
@@ -358,6 +402,32 @@ class PodRuntime:
             "shm_files": shm_files,
             "notes": list(self.notes),
         }
+
+    # ------------------------------------------------------------------ exec
+    def served_ports(self) -> list[int]:
+        """The ports something listens on in this pod (sorted; none once crashed or stopped)."""
+        with self._lock:
+            return [] if (self._crashed or self._stopped) else sorted(self._ports)
+
+    def exec_view(self, container: str) -> ExecView | None:
+        """What an exec into ``container`` sees (tests/sim/execsandbox.py): its resolved env
+        (with the scenario's dev_mode edit, as its command saw it), its volume binds, the pod's
+        /dev/shm host dir, the ports the pod serves (none once crashed or stopped) and its
+        ``workingDir``. None when the pod has no such container (regular or init)."""
+        spec = self.ctx.spec or {}
+        found = None
+        for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+            if isinstance(c, dict) and c.get("name") == container:
+                found = c
+                break
+        if found is None:
+            return None
+        env = dict(self._env.get(container) or self.ctx.env_by_container.get(container) or {})
+        binds = volume_binds(found, self.ctx.volume_dirs)
+        with self._lock:
+            ports = [] if (self._crashed or self._stopped) else sorted(self._ports)
+        return ExecView(env=env, binds=binds, shm_dir=self.ctx.shm_dir, ports=ports,
+                        workdir=str(found.get("workingDir") or "/"))
 
     def stop(self) -> None:
         """Stop serving (every later request gets None; :meth:`state` still reports the last

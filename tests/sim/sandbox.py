@@ -33,6 +33,7 @@ __all__ = [
     "SandboxResult",
     "bwrap_available",
     "container_host_path",
+    "pod_view_argv",
     "run_recorded",
     "volume_binds",
 ]
@@ -169,6 +170,39 @@ def _under_system_dir(dest: str) -> bool:
     return any(dest == d or dest.startswith(d + "/") for d in _SYSTEM_DIRS) and not dest.startswith("/dev/shm")
 
 
+def pod_view_argv(binds: list[Bind], shm_dir: Path) -> list[str]:
+    """The bubblewrap argv (up to, not including, the command) of a pod's filesystem view:
+    ``--unshare-all`` (own network with loopback only, pid, ipc, uts namespaces),
+    ``--die-with-parent``, ``--new-session``; read-only /usr /bin /lib /lib64 /sbin /etc (as
+    present), a tmpfs /tmp, /proc, /dev, ``shm_dir`` at /dev/shm and every bind (binds into
+    read-only system directories, /, /tmp and /.sim are skipped; a mountpoint nested in another
+    volume is created on the host side first, as the kubelet does). Creates ``shm_dir``."""
+    exe = shutil.which("bwrap") or BWRAP
+    cmd: list[str] = [exe, "--unshare-all", "--die-with-parent", "--new-session"]
+    for d in ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc"):
+        if os.path.lexists(d):
+            if os.path.islink(d):
+                cmd += ["--symlink", os.readlink(d), d]
+            else:
+                cmd += ["--ro-bind", d, d]
+    cmd += ["--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
+    shm_dir.mkdir(parents=True, exist_ok=True)
+    cmd += ["--bind", str(shm_dir), "/dev/shm"]
+    for b in binds:
+        # A mount nested in another volume needs its mountpoint in that volume (kubelet creates
+        # it on the host side, so this works under a read-only parent too).
+        parent = container_host_path(b.dest, [p for p in binds if p.dest != b.dest])
+        if parent is not None:
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                pass
+        if _under_system_dir(b.dest) or b.dest in ("/", "/tmp", "/.sim") or b.dest.startswith("/.sim/"):
+            continue
+        cmd += ["--ro-bind" if b.readonly else "--bind", str(b.host), b.dest]
+    return cmd
+
+
 def run_recorded(
     argv: list[str],
     env: dict[str, str],
@@ -204,29 +238,7 @@ def run_recorded(
     out_dir.mkdir()
     _write_recorders(bin_dir)
 
-    exe = shutil.which("bwrap") or BWRAP
-    cmd: list[str] = [exe, "--unshare-all", "--die-with-parent", "--new-session"]
-    for d in ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc"):
-        if os.path.lexists(d):
-            if os.path.islink(d):
-                cmd += ["--symlink", os.readlink(d), d]
-            else:
-                cmd += ["--ro-bind", d, d]
-    cmd += ["--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
-    shm_dir.mkdir(parents=True, exist_ok=True)
-    cmd += ["--bind", str(shm_dir), "/dev/shm"]
-    for b in binds:
-        # A mount nested in another volume needs its mountpoint in that volume (kubelet creates
-        # it on the host side, so this works under a read-only parent too).
-        parent = container_host_path(b.dest, [p for p in binds if p.dest != b.dest])
-        if parent is not None:
-            try:
-                parent.mkdir(parents=True, exist_ok=True)
-            except OSError:
-                pass
-        if _under_system_dir(b.dest) or b.dest in ("/", "/tmp", "/.sim") or b.dest.startswith("/.sim/"):
-            continue
-        cmd += ["--ro-bind" if b.readonly else "--bind", str(b.host), b.dest]
+    cmd = pod_view_argv(binds, shm_dir)
     cmd += ["--ro-bind", str(bin_dir), SANDBOX_BIN, "--bind", str(out_dir), SANDBOX_OUT]
     cmd += ["--chdir", chdir, "--clearenv"]
     full_env = dict(env)

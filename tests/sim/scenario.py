@@ -9,6 +9,8 @@ pods:
     network: unreachable           # simulator-level fault, not passed to the pod
 users:
   - name: alice
+rbac:                              # extra objects (Role, RoleBinding...) loaded with the manifests
+  - {kind: RoleBinding, apiVersion: rbac.authorization.k8s.io/v1, ...}
 faults: {}                         # reserved
 ```
 """
@@ -81,12 +83,15 @@ class PodRule:
 @dataclass
 class Scenario:
     """Parsed scenario: per-owner replica overrides keyed ``(kind, name)``, pod rules in file
-    order (later rules override earlier keys), extra users, reserved faults."""
+    order (later rules override earlier keys), extra users, reserved faults, and ``rbac``:
+    extra Kubernetes objects (meant for Role, ClusterRole, RoleBinding, ClusterRoleBinding)
+    loaded with the manifests, so a test can give its users permissions."""
 
     replicas: dict[tuple[str, str], int] = field(default_factory=dict)
     pods: list[PodRule] = field(default_factory=list)
     users: list[str] = field(default_factory=list)
     faults: dict[str, Any] = field(default_factory=dict)
+    rbac: list[dict[str, Any]] = field(default_factory=list)
 
     def replicas_for(self, kind: str, name: str) -> int | None:
         """Replica override for owner ``kind``/``name`` (kind lower-case), or None."""
@@ -114,7 +119,7 @@ def parse_scenario(data: Any) -> Scenario:
         return Scenario()
     if not isinstance(data, dict):
         raise ScenarioError("scenario must be a mapping")
-    unknown = set(data) - {"replicas", "pods", "users", "faults"}
+    unknown = set(data) - {"replicas", "pods", "users", "faults", "rbac"}
     if unknown:
         raise ScenarioError(f"unknown scenario keys: {sorted(unknown)}")
     sc = Scenario()
@@ -151,6 +156,13 @@ def parse_scenario(data: Any) -> Scenario:
     if not isinstance(faults, dict):
         raise ScenarioError("faults must be a mapping")
     sc.faults = faults
+    rbac = data.get("rbac") or []
+    if not isinstance(rbac, list):
+        raise ScenarioError("rbac must be a list of Kubernetes objects")
+    for i, obj in enumerate(rbac):
+        if not isinstance(obj, dict) or not obj.get("kind") or not obj.get("apiVersion"):
+            raise ScenarioError(f"rbac[{i}] must be a Kubernetes object with apiVersion and kind")
+        sc.rbac.append(obj)
     return sc
 
 

@@ -4,12 +4,16 @@ Serves discovery (``/version``, ``/api``, ``/apis``...), CRUD + PATCH on every s
 type, label/field selectors, server-side Table output for ``kubectl get``, ``pods/proxy`` to the
 pod runtimes, and ``/sim/v1/state``. Errors are ``Status`` objects as a real API server gives
 them (k8s.io/apimachinery ``pkg/api/errors``). Bearer-token authentication; the admin token
-bypasses authorisation; scenario users are allowed everything until an RBAC authoriser is
-plugged in through ``SimServer.authorizer``.
+bypasses authorisation; other users go through ``SimServer.authorizer`` (the simulator plugs in
+tests/sim/rbac.py; None allows everything).
 
-Watch (``?watch=true``) streams JSON-lines events from the moment it starts. Not served yet:
-pods/exec and pods/portforward upgrades (answered 400 "Upgrade request required" like a real
-server given a plain request), server-side apply.
+``pods/exec`` and ``pods/portforward`` are served over channel WebSockets (tests/sim/wsstream.py):
+exec runs the argv in the pod's sandbox (tests/sim/execsandbox.py), port-forward carries HTTP to
+the pod runtime (tests/sim/podhttp.py). A request without a WebSocket upgrade (plain, or SPDY,
+kubectl's fallback) gets 400 "Upgrade request required" once the request is otherwise valid.
+
+Watch (``?watch=true``) streams JSON-lines events from the moment it starts. Not served:
+server-side apply, SPDY.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ import trustme
 import yaml
 
 from .controllers import Cluster, PodRecord, human_age
+from .execsandbox import ExecProcess, ExecSpec, exec_failure_message
+from .podhttp import serve_in_thread
 from .store import (
     ApiError,
     Event,
@@ -52,6 +58,7 @@ from .store import (
     parse_label_selector,
     strategic_merge_patch,
 )
+from .wsstream import CLOSE_CHANNEL, V4, V5, ChannelWebSocket, is_upgrade
 
 VERSION_INFO = {
     "major": "1",
@@ -196,6 +203,15 @@ class _Stream(Exception):
         self.chunks = chunks
 
 
+def _send_status(ws: ChannelWebSocket, status: Obj) -> None:
+    """Write an exec ``Status`` on the error channel (3), compact JSON as Go encodes it."""
+    ws.send(3, json.dumps(status, separators=(",", ":")).encode())
+
+
+class _Hijacked(Exception):
+    """Internal: the connection was taken over (a WebSocket upgrade) and is finished."""
+
+
 class _TLSServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
@@ -243,7 +259,9 @@ class SimServer:
     it down. ``users`` are extra (scenario) user names, each given its own token.
     ``authorizer(user, verb, resource, group, namespace, name) -> bool`` decides for non-admin
     users (default: allow). ``unreachable_delay`` is how long a pod with the ``unreachable``
-    network fault makes a proxy call wait before its 503.
+    network fault makes a proxy call wait before its 503. ``exec_timeout`` (s, default 300)
+    bounds one exec (then it is killed and its error channel says so);
+    ``portforward_timeout`` (s, default 3600) bounds one port-forward session.
     """
 
     def __init__(self, cluster: Cluster, users: list[str] | None = None,
@@ -260,6 +278,8 @@ class SimServer:
             self.user_tokens[u] = tok
         self.authorizer: Authorizer | None = None
         self.unreachable_delay = unreachable_delay
+        self.exec_timeout = 300.0
+        self.portforward_timeout = 3600.0
         self._counts: Counter[str] = Counter()
         self._count_lock = threading.Lock()
         self._httpd: _TLSServer | None = None
@@ -342,6 +362,9 @@ class SimServer:
             code, headers, payload = r.code, r.headers, r.body
         except _Stream as st:
             self._send_stream(h, st.chunks)
+            return
+        except _Hijacked:
+            h.close_connection = True
             return
         except ApiError as e:
             code, headers, payload = e.code, [("Content-Type", "application/json")], \
@@ -556,7 +579,8 @@ class SimServer:
 
     def state(self) -> Obj:
         """``/sim/v1/state``: every pod record (deleted ones too) and the request counts."""
-        return {"pods": [r.state() for r in self.cluster.records()],
+        cache: dict[str, list[str]] = {}
+        return {"pods": [r.state(cache) for r in self.cluster.records()],
                 "api_requests": self.api_requests()}
 
     # ---------------- resources ----------------
@@ -604,7 +628,13 @@ class SimServer:
                 rest_path += "/"
             return self._proxy(h, ns or "", name, rest_path, raw_query, body)
         if sub in ("exec", "portforward"):
-            raise bad_request("Upgrade request required")
+            pod = self.store.get(self.cluster.t_pod, ns, name)
+            params = parse_qs(raw_query, keep_blank_values=True)
+            if sub == "exec":
+                self._exec(h, pod, params)
+            else:
+                self._portforward(h, pod, params)
+            raise _Hijacked()
         if sub == "log":
             self.store.get(rtype, ns, name)
             return 200, [("Content-Type", "text/plain")], b""
@@ -728,6 +758,242 @@ class SimServer:
         obj = self.store.patch(rtype, ns, name, "application/merge-patch+json",
                                {"spec": {"replicas": replicas}}, dry_run=dry)
         return self._scale(rtype, obj)
+
+    # ---------------- exec and port-forward (WebSocket) ----------------
+    def _pod_runtime_for_stream(self, pod: Obj) -> PodRecord | None:
+        md = pod["metadata"]
+        status = pod.get("status") or {}
+        rec = self.cluster.record_for(md.get("namespace", ""), md["name"])
+        if status.get("phase") != "Running":
+            return None
+        return rec
+
+    @staticmethod
+    def _exec_status(code: int, failure: str | None, argv: list[str]) -> Obj:
+        """The error-channel ``Status`` the kubelet writes (kubelet
+        ``pkg/kubelet/cri/streaming/remotecommand/exec.go`` ``ServeExec``; the exit error text
+        is containerd's ``error executing command %v, exit code %d``)."""
+        if failure is not None:
+            err = f"error executing command in container: {failure}"
+            return {"metadata": {}, "status": "Failure",
+                    "message": f"Internal error occurred: {err}", "reason": "InternalError",
+                    "details": {"causes": [{"message": err}]}, "code": 500}
+        if code == 0:
+            return {"metadata": {}, "status": "Success"}
+        argv_text = "[" + " ".join(argv) + "]"
+        return {"metadata": {}, "status": "Failure",
+                "message": "command terminated with non-zero exit code: error executing "
+                           f"command {argv_text}, exit code {code}",
+                "reason": "NonZeroExitCode",
+                "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}
+
+    def _exec(self, h: _Handler, pod: Obj, params: dict[str, list[str]]) -> None:
+        """``pods/exec`` over a channel WebSocket (``v5``/``v4.channel.k8s.io``): validate as the
+        API server does (``pkg/registry/core/pod/strategy.go`` ``ExecLocation``), upgrade, run
+        the argv in the pod's sandbox (tests/sim/execsandbox.py), stream stdout/stderr, feed
+        stdin, then write the exit ``Status`` on channel 3 and close."""
+        name = pod["metadata"]["name"]
+        spec = pod.get("spec") or {}
+        argv = params.get("command") or []
+        if not argv:
+            raise bad_request("you must specify at least 1 command")
+        names = [str(c.get("name")) for c in spec.get("containers") or []]
+        inits = [str(c.get("name")) for c in spec.get("initContainers") or []]
+        container = (params.get("container") or [""])[-1]
+        if not container:
+            if len(names) == 1:
+                container = names[0]
+            else:
+                msg = (f"a container name must be specified for pod {name}, choose one of: "
+                       f"[{' '.join(names)}]")
+                if inits:
+                    msg += f" or one of the init containers: [{' '.join(inits)}]"
+                raise bad_request(msg)
+        if container not in names and container not in inits:
+            raise bad_request(f"container {container} is not valid for pod {name}")
+        rec = self._pod_runtime_for_stream(pod)
+        if rec is None:
+            raise bad_request(f'unable to upgrade connection: container not found ("{container}")')
+        if not is_upgrade(h.headers):
+            # a plain request, or SPDY (kubectl's fallback), which is not served
+            raise bad_request("Upgrade request required")
+        want_stdin = _truthy((params.get("stdin") or [""])[-1])
+        want_stdout = (params.get("stdout") or ["true"])[-1].lower() not in ("0", "false")
+        want_stderr = (params.get("stderr") or ["true"])[-1].lower() not in ("0", "false")
+        tty = _truthy((params.get("tty") or [""])[-1])
+        ws = ChannelWebSocket(h.connection)
+        if ws.handshake(h.command, h.path, list(h.headers.items()), [V5, V4]) is None:
+            return
+        view = None
+        runtime = rec.runtime if rec is not None else None
+        if runtime is not None and self.cluster.config.sandbox:
+            getter = getattr(runtime, "exec_view", None)
+            view = getter(container) if getter is not None else None
+        if view is None:
+            why = ("the simulator runs no commands (bubblewrap unavailable)"
+                   if not self.cluster.config.sandbox else "the pod has no runtime")
+            _send_status(ws, self._exec_status(0, why, argv))
+            ws.close()
+            return
+        proc = ExecProcess(ExecSpec(argv=list(argv), env=view.env, binds=view.binds,
+                                    shm_dir=view.shm_dir, hostname=name, ports=view.ports,
+                                    request=runtime.request if runtime is not None else None,
+                                    workdir=view.workdir), stdin=want_stdin)
+        try:
+            try:
+                proc.start()
+            except OSError as e:
+                _send_status(ws, self._exec_status(0, f"cannot run bubblewrap: {e}", argv))
+                ws.close()
+                return
+            assert proc.proc is not None and proc.proc.stdout is not None
+            assert proc.proc.stderr is not None
+            popen = proc.proc
+            out_fd, err_fd = popen.stdout.fileno(), popen.stderr.fileno()  # type: ignore[union-attr]
+            open_fds = {out_fd, err_fd}
+
+            def reader(fd: int, channel: int, keep: bool) -> Callable[[], bool]:
+                def cb() -> bool:
+                    try:
+                        data = os.read(fd, 65536)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        open_fds.discard(fd)
+                        return False
+                    if keep:
+                        ws.send(channel, data)
+                    return True
+                return cb
+
+            def on_message(channel: int, data: bytes) -> None:
+                stdin = popen.stdin
+                if channel == 0 and stdin is not None and data:
+                    try:
+                        stdin.write(data)
+                        stdin.flush()
+                    except OSError:
+                        pass
+                elif channel == CLOSE_CHANNEL and data[:1] == b"\x00" and stdin is not None:
+                    try:
+                        stdin.close()
+                    except OSError:
+                        pass
+
+            fds = {out_fd: reader(out_fd, 1, want_stdout),
+                   err_fd: reader(err_fd, 1 if tty else 2, want_stderr)}
+            outcome = ws.run(fds, on_message, lambda: not open_fds and popen.poll() is not None,
+                             time.monotonic() + self.exec_timeout)
+            if outcome != "done":
+                proc.kill()
+                if outcome == "timeout":
+                    _send_status(ws, self._exec_status(
+                        0, f"command timed out after {self.exec_timeout:g}s", argv))
+                ws.close()
+                return
+            code, failure = proc.finish()
+            exec_id = rec.uid.replace("-", "") * 2
+            _send_status(ws, self._exec_status(
+                code, exec_failure_message(failure, exec_id) if failure else None, argv))
+            ws.close()
+        finally:
+            proc.kill()
+            if proc.proc is not None:
+                for f in (proc.proc.stdin, proc.proc.stdout, proc.proc.stderr):
+                    try:
+                        if f is not None:
+                            f.close()
+                    except OSError:
+                        pass
+                try:
+                    proc.proc.wait(timeout=5)
+                except Exception:  # noqa: BLE001
+                    pass
+            proc.cleanup()
+
+    def _portforward(self, h: _Handler, pod: Obj, params: dict[str, list[str]]) -> None:
+        """``pods/portforward`` over a channel WebSocket (``v4.channel.k8s.io``, kubelet
+        ``cri/streaming/portforward/websocket.go``): for the i-th port of ``ports`` channel 2i
+        carries the connection's bytes and 2i+1 errors; each channel's first message is the port
+        as 2 bytes little-endian. The data channel is one HTTP connection to the pod's port
+        (tests/sim/podhttp.py, transport ``portforward``); a port nothing listens on gets the
+        runtime's connection-refused message on its error channel."""
+        name = pod["metadata"]["name"]
+        ports: list[int] = []
+        for value in params.get("ports") or []:
+            for part in value.split(","):
+                part = part.strip()
+                if not part:
+                    continue
+                if not part.isdigit() or not 0 < int(part) < 65536:
+                    raise bad_request(f"invalid port: {part!r}")
+                ports.append(int(part))
+        if not ports:
+            raise bad_request("query parameter \"port\" is required")
+        rec = self._pod_runtime_for_stream(pod)
+        if rec is None:
+            raise bad_request(f'unable to upgrade connection: pod {name} is not running')
+        if not is_upgrade(h.headers):
+            raise bad_request("Upgrade request required")
+        ws = ChannelWebSocket(h.connection)
+        if ws.handshake(h.command, h.path, list(h.headers.items()),
+                        [V4, "portforward.k8s.io"]) is None:
+            return
+        runtime = rec.runtime
+        served: list[int] | None = None
+        getter = getattr(runtime, "served_ports", None)
+        if getter is not None:
+            served = list(getter())
+        locals_: dict[int, socket.socket] = {}
+        fds: dict[int, Callable[[], bool]] = {}
+        sandbox_id = rec.uid.replace("-", "") * 2
+
+        for i, port in enumerate(ports):
+            le = port.to_bytes(2, "little")
+            ws.send(2 * i, le)
+            ws.send(2 * i + 1, le)
+            listening = runtime is not None and (served is None or port in served)
+            if not listening:
+                ws.send(2 * i + 1, (
+                    f"error forwarding port {port} to pod {sandbox_id}, uid : failed to execute "
+                    f'portforward in network namespace "/var/run/netns/cni-{rec.uid}": failed '
+                    f'to connect to localhost:{port} inside namespace "{sandbox_id}", IPv4: dial '
+                    f"tcp4 127.0.0.1:{port}: connect: connection refused IPv6 dial tcp6 "
+                    f"[::1]:{port}: connect: connection refused ").encode())
+                continue
+            assert runtime is not None
+            mine, theirs = socket.socketpair()
+            serve_in_thread(theirs, runtime.request, port, "portforward")
+            locals_[i] = mine
+
+            def pump(idx: int = i, s: socket.socket = mine) -> bool:
+                try:
+                    data = s.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    return False
+                ws.send(2 * idx, data)
+                return True
+            fds[mine.fileno()] = pump
+
+        def on_message(channel: int, data: bytes) -> None:
+            s = locals_.get(channel // 2)
+            if channel % 2 == 0 and s is not None and data:
+                try:
+                    s.sendall(data)
+                except OSError:
+                    pass
+
+        try:
+            ws.run(fds, on_message, lambda: False, time.monotonic() + self.portforward_timeout)
+            ws.close()
+        finally:
+            for s in locals_.values():
+                try:
+                    s.close()
+                except OSError:
+                    pass
 
     # ---------------- pod proxy ----------------
     def _proxy(self, h: _Handler, ns: str, name_part: str, path: str, query: str,

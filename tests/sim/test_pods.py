@@ -315,7 +315,7 @@ def test_concurrent_requests_and_stop(tmp_path: Path) -> None:
 
 
 def test_sidecar_tls_default_and_missing_vllm_port(tmp_path: Path) -> None:
-    spec = {
+    spec: dict[str, Any] = {
         "initContainers": [{"name": "routing-proxy", "image": "ghcr.io/llm-d/llm-d-routing-sidecar:v0.2.0",
                             "restartPolicy": "Always", "args": ["--port=8000"]}],
         "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.26.0", "args": ["m", "--port", "8001"],
@@ -336,3 +336,12 @@ def test_sidecar_tls_default_and_missing_vllm_port(tmp_path: Path) -> None:
     # ordinary (non-sidecar) init containers are not run and serve nothing
     spec["initContainers"][0].pop("restartPolicy")
     assert roles(started(make_ctx(spec, tmp_path, sandbox=False, pod="c"))) == {8001: "vllm"}
+
+
+def test_cold_override_empties_warm_caches(tmp_path: Path) -> None:
+    spec = _simple_spec([{"name": "VLLM_SERVER_DEV_MODE", "value": "1"}])
+    warm = started(make_ctx(spec, tmp_path, sandbox=False, pod="w"))
+    cold = started(make_ctx(spec, tmp_path, sandbox=False, pod="c", overrides={"cold": True}))
+    port = next(iter(warm.state()["ports"]))
+    assert warm.state()["ports"][port]["prefix_cache_blocks"] == 512
+    assert cold.state()["ports"][port]["prefix_cache_blocks"] == 0

@@ -207,6 +207,16 @@ SCENARIO = {
         {"match": {"name": "lonely"}, "network": "unreachable"},
     ],
     "users": [{"name": "alice"}],
+    "rbac": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "pod-reader", "namespace": "ns1"},
+         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "alice-reads", "namespace": "ns1"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": "pod-reader"},
+         "subjects": [{"kind": "User", "name": "alice"}]},
+    ],
 }
 
 
@@ -315,9 +325,15 @@ def test_auth(sim: Simulator) -> None:
     assert code == 200
     code, body, _ = alice.call("GET", "/sim/v1/state")
     assert code == 403 and body["reason"] == "Forbidden"
+    # RBAC (the scenario's Role grants get/list on pods in ns1 only)
+    code, body, _ = alice.call("GET", "/apis/apps/v1/namespaces/ns1/deployments")
+    assert code == 403 and body["message"] == (
+        'deployments.apps is forbidden: User "alice" cannot list resource "deployments" in API '
+        'group "apps" in the namespace "ns1"')
 
 
 def test_forbidden_shape_via_authorizer(sim: Simulator) -> None:
+    previous = sim.server.authorizer
     sim.server.authorizer = lambda user, verb, res, group, ns, name: res != "pods/proxy"
     try:
         alice = Client(sim, token=sim.server.user_tokens["alice"])
@@ -328,7 +344,7 @@ def test_forbidden_shape_via_authorizer(sim: Simulator) -> None:
         assert body["message"] == (f'pods "{pod}:8000" is forbidden: User "alice" cannot create '
                                    'resource "pods/proxy" in API group "" in the namespace "ns1"')
     finally:
-        sim.server.authorizer = None
+        sim.server.authorizer = previous
 
 
 def test_kubeconfig_contexts(sim: Simulator, tmp_path: Path) -> None:
@@ -555,6 +571,11 @@ def test_delete_pod_is_replaced_and_state(api: Client, sim: Simulator) -> None:
     code, _, _ = api.call("DELETE", "/api/v1/namespaces/team/pods/grp-1-1")
     code, p, _ = api.call("GET", "/api/v1/namespaces/team/pods/grp-1-1")
     assert code == 200
+    # the first generation starts warm, replacements cold (a fresh vLLM has empty caches)
+    grp = [r for r in sim.cluster.records() if r.name == "grp-1-1"]
+    assert len(grp) == 2 and "cold" not in grp[0].overrides and grp[1].overrides["cold"] is True
+    web = [r for r in sim.cluster.records() if r.owner == ("Deployment", "web")]
+    assert all(("cold" in r.overrides) == (r.ordinal >= 3) for r in web)
 
 
 def test_scale_subresource(api: Client) -> None:
@@ -930,3 +951,29 @@ def test_threads_do_not_leak_on_stop(tmp_path: Path) -> None:
     assert not sd.exists()  # temporary state dir removed
     time.sleep(0.3)
     assert threading.active_count() <= before + 2
+
+
+# ----------------------------------------------------------------------------- performance
+
+
+def test_state_with_many_pods_on_a_shared_pvc(tmp_path: Path) -> None:
+    """/sim/v1/state walks a PVC shared by every pod once per snapshot, not once per pod."""
+    if not bwrap_works():
+        pytest.skip("bubblewrap cannot run here: the FS tier comes from the recorded argv")
+    f05 = fixture("05-")
+    s = Simulator([str(f05)], namespace="llm", dev_mode="on", ready_delay=0.0, sandbox=True,
+                  scenario=parse_scenario({"replicas": {"deployment/gpu-vllm-decode": 128}}),
+                  state_dir=tmp_path / "state")
+    s.start(wait=120)
+    try:
+        start = time.monotonic()
+        code, st, _ = Client(s).call("GET", "/sim/v1/state")
+        took = time.monotonic() - start
+        assert code == 200 and len(st["pods"]) == 128
+        files = st["pods"][0]["fs_tier_files"]
+        assert len(files) == 128 * 4 + 1 and all(f.startswith("/mnt/files-storage/")
+                                                 for f in files)
+        assert st["pods"][-1]["fs_tier_files"] == files
+        assert took < 1.0, f"state took {took:.2f}s"
+    finally:
+        s.stop()
