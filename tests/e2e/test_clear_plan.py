@@ -23,7 +23,7 @@ def test_tiered_026_dev_on_empties_every_tier_and_keeps_shm(sim) -> None:
         assert r["steps"] == ["api-reset", "clear-fs"]
     after = cluster.live_pods()
     assert {p["name"] for p in after} == set(before), "no pod was replaced"
-    for pod, st in vllm_states(cluster):
+    for _pod, st in vllm_states(cluster):
         assert st["prefix_cache_blocks"] == 0 and st["offload_cpu_blocks"] == 0
     for pod in after:
         assert pod["fs_tier_files"] == []
@@ -42,7 +42,7 @@ def test_tiered_dev_off_with_devmode_fallback_rolls_and_still_empties_fs(sim) ->
     for pod in new:
         assert pod["env"].get("VLLM_SERVER_DEV_MODE") == "1"
         assert pod["fs_tier_files"] == [], "clear-fs ran before the rollout and replacement pods start cold"
-    for pod, st in vllm_states(cluster):
+    for _pod, st in vllm_states(cluster):
         assert st["prefix_cache_blocks"] == 0 and st["offload_cpu_blocks"] == 0
 
 
@@ -68,7 +68,7 @@ def test_tiered_023_with_restart_is_clear_fs_then_restart(sim) -> None:
     cluster.wait_ready()
     new = cluster.live_pods()
     assert new and not ({p["name"] for p in new} & old)
-    for pod, st in vllm_states(cluster):
+    for _pod, st in vllm_states(cluster):
         assert st["reset_calls"] == 0, "cold because replaced, not because reset"
         assert st["prefix_cache_blocks"] == 0 and st["offload_cpu_blocks"] == 0
     assert all(p["fs_tier_files"] == [] for p in new)
