@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -114,20 +115,20 @@ def dev_mode_on(pod: Any) -> bool | None:
     return bool(dm.enabled)
 
 
+@dataclass
 class PodPlan:
     """What ``clear`` will do on one pod: the routes to call with ``query`` on each port, what
     the API reset empties (``effects``) and the chained ``steps``
-    (:func:`kubectl_kvreset.plan.plan_pod_steps`)."""
+    (:func:`kubectl_kvreset.plan.plan_pod_steps`). ``probe_failure`` says why the version is
+    unknown."""
 
-    def __init__(self, pod: Any, version: str | None, probe_failure: Any, effects: Any,
-                 query: list[tuple[str, str]], routes: tuple[str, ...], steps: Any) -> None:
-        self.pod = pod
-        self.version = version
-        self.probe_failure = probe_failure
-        self.effects = effects
-        self.query = query
-        self.routes = routes
-        self.steps = steps
+    pod: Any
+    version: str | None
+    probe_failure: Any
+    effects: Any
+    query: list[tuple[str, str]]
+    routes: tuple[str, ...]
+    steps: Any
 
     def has(self, action: str) -> bool:
         """True when the plan holds the step ``action``."""
@@ -311,12 +312,13 @@ def result_columns(scope: str | None) -> list[Any]:
 
 
 def dev_mode_hint(pod: Any) -> str:
-    """How to turn dev mode on for the pod's owner (kubectl's own commands)."""
+    """How to empty a pod whose vLLM has dev mode off: this run's fallback flags, or turning
+    dev mode on for its owner (a rollout, which empties the caches)."""
     target = pod.owner.ref()
-    how = (f"kubectl set env {target} -c {pod.container} VLLM_SERVER_DEV_MODE=1"
-           if pod.owner.kind == "Deployment" else f"set VLLM_SERVER_DEV_MODE=\"1\" on container {pod.container} of {target}")
-    return (f"dev mode is off, so vLLM has no reset route: {how} (this rolls the pods, which empties "
-            "their caches; the dev routes are unauthenticated, remove the variable afterwards)")
+    return (f"dev mode is off, so vLLM has no reset route: rerun with --fallback=devmode or --fallback=restart, "
+            f"or run 'kubectl kvreset devmode --enable {target}', which sets VLLM_SERVER_DEV_MODE=1 (this rolls "
+            "the pods, which empties their caches; "
+            "the dev routes are unauthenticated: turn it off when done)")
 
 
 def fs_result_pods(target: Any) -> list[str]:
@@ -388,6 +390,9 @@ def result_row(plan: PodPlan, port: Any, outcome: RunOutcome) -> tuple[dict[str,
             owner_state = "not emptied"
             failure_result = failure_result or "failed"
             messages.append(owner_result_message(owner_res))
+    if not plan.has("api-reset") and owner_res is None and dev_mode_on(pod) is False:
+        failure_result = failure_result or "dev mode off"
+        messages.append(dev_mode_hint(pod))
     fs_results = outcome.fs.get((pod.namespace, pod.name), [])
     cells: dict[str, list[str]] = {"gpu": [], "cpu": [], "fs": [], "shared": []}
     left_rows: list[dict[str, Any]] = []

@@ -119,3 +119,12 @@ def test_clear_without_targets_is_a_usage_error(sim) -> None:
     cluster = sim([fixture_file("01")], namespace=NS)
     done = cluster.run("clear", "-n", NS)
     assert done.returncode == 2 and "--all" in done.stderr
+
+
+def test_dev_mode_off_in_the_spec_without_fallback(sim) -> None:
+    cluster = sim([fixture_file("01")], namespace=NS, dev_mode="off", vllm_version="0.26.0")
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
+    assert code == 1
+    assert {r["result"] for r in rows} == {"dev mode off"} and len(rows) == 8
+    assert all("--fallback=devmode" in r["message"] and r["gpu"] == "left" for r in rows)
+    assert all(st["reset_calls"] == 0 and st["prefix_cache_blocks"] > 0 for _, _, st in vllm_ports(cluster))
