@@ -32,6 +32,8 @@ import yaml
 
 #: kubectl's default ``--request-timeout`` is 0 (unbounded); this tool bounds every request.
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
+#: How many times one API request is sent again (429, lost connections, server errors).
+MAX_RETRIES = 5
 
 _PATH_KEYS = {
     "clusters": ("certificate-authority",),
@@ -273,6 +275,18 @@ def apply_overrides(cfg: dict[str, Any], flags: KubeFlags) -> tuple[dict[str, An
     return out, ctx_name, namespace
 
 
+def retry_after_seconds(value: str | None, attempt: int) -> float:
+    """Seconds to wait before re-sending after a 429: the ``Retry-After`` header (seconds, as
+    the API server's priority and fairness sends it) capped at 10 s, else exponential backoff
+    from 0.5 s. An HTTP-date value counts as 1 s."""
+    if value:
+        try:
+            return max(0.0, min(float(value.strip()), 10.0))
+        except ValueError:
+            return 1.0
+    return float(min(0.5 * 2.0 ** (attempt - 1), 8.0))
+
+
 def is_apiserver_status(answer_body: bytes, headers: Mapping[str, str]) -> bool:
     """True when a body is a Kubernetes ``Status`` object (the API server's own error).
 
@@ -315,8 +329,10 @@ class Kube:
     _api_client: Any
     _headers: dict[str, str] = field(default_factory=dict)
     _impersonate_groups: tuple[str, ...] = ()
+    _reload: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     requests_made: int = 0
+    retries_made: int = 0
 
     @classmethod
     def connect(cls, flags: KubeFlags, *, pool_size: int = 16) -> Kube:
@@ -328,36 +344,46 @@ class Kube:
         timeout = parse_duration(flags.request_timeout)
         from kubernetes import client, config  # lazy: costs ~0.3 s
 
-        configuration = client.Configuration()
         paths = kubeconfig_paths(flags.kubeconfig)
         if flags.kubeconfig and not paths[0].exists():
             raise KubeConfigError(f"kubeconfig {flags.kubeconfig} does not exist")
         in_cluster = not paths and bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not flags.server
-        if in_cluster:
+        if not in_cluster and not paths and not flags.server:
+            raise KubeConfigError("no kubeconfig found: set KUBECONFIG, pass --kubeconfig, or create ~/.kube/config")
+
+        def load() -> tuple[Any, str, str]:
+            # builds a fresh configuration: called again after a 401 to get new credentials
+            configuration = client.Configuration()
+            if in_cluster:
+                try:
+                    config.load_incluster_config(client_configuration=configuration)
+                except config.ConfigException as exc:
+                    raise KubeConfigError(f"in-cluster configuration failed: {exc}") from exc
+                ns_file = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                namespace = flags.namespace or (ns_file.read_text().strip() if ns_file.exists() else "default")
+                ctx_name = "(in-cluster)"
+                if flags.token:
+                    configuration.api_key = {"authorization": "Bearer " + flags.token}
+            else:
+                merged = merge_kubeconfigs(paths)
+                cfg, ctx_name, namespace = apply_overrides(merged, flags)
+                try:
+                    config.load_kube_config_from_dict(
+                        cfg, context="kvreset", client_configuration=configuration, persist_config=False
+                    )
+                except (config.ConfigException, ValueError, OSError) as exc:
+                    raise KubeConfigError(f"kubeconfig context {ctx_name!r} is unusable: {exc}") from exc
+            configuration.connection_pool_maxsize = max(pool_size, 4)
+            configuration.retries = False
+            return configuration, namespace, ctx_name
+
+        def reload() -> Any:
             try:
-                config.load_incluster_config(client_configuration=configuration)
-            except config.ConfigException as exc:
-                raise KubeConfigError(f"in-cluster configuration failed: {exc}") from exc
-            ns_file = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-            namespace = flags.namespace or (ns_file.read_text().strip() if ns_file.exists() else "default")
-            ctx_name = "(in-cluster)"
-            if flags.token:
-                configuration.api_key = {"authorization": "Bearer " + flags.token}
-        else:
-            if not paths and not flags.server:
-                raise KubeConfigError(
-                    "no kubeconfig found: set KUBECONFIG, pass --kubeconfig, or create ~/.kube/config"
-                )
-            merged = merge_kubeconfigs(paths)
-            cfg, ctx_name, namespace = apply_overrides(merged, flags)
-            try:
-                config.load_kube_config_from_dict(
-                    cfg, context="kvreset", client_configuration=configuration, persist_config=False
-                )
-            except (config.ConfigException, ValueError, OSError) as exc:
-                raise KubeConfigError(f"kubeconfig context {ctx_name!r} is unusable: {exc}") from exc
-        configuration.connection_pool_maxsize = max(pool_size, 4)
-        configuration.retries = False
+                return client.ApiClient(load()[0])
+            except KubeConfigError as exc:
+                raise KubeConnectionError(f"the API server refused the credentials (401) and rebuilding them failed: {exc}") from exc
+
+        configuration, namespace, ctx_name = load()
         api_client = client.ApiClient(configuration)
         headers: dict[str, str] = {"User-Agent": "kubectl-kvreset"}
         if flags.impersonate:
@@ -370,6 +396,7 @@ class Kube:
             _api_client=api_client,
             _headers=headers,
             _impersonate_groups=flags.impersonate_groups,
+            _reload=reload,
         )
         return kube
 
@@ -387,15 +414,69 @@ class Kube:
         content_type: str | None = None,
         accept: str = "application/json",
         timeout_s: float | None | bool = False,
+        retry_server_errors: bool | None = None,
     ) -> HttpAnswer:
-        """Send one request to the API server and return its answer whatever the status.
+        """Send a request to the API server and return its answer whatever the status.
 
         ``path`` is the URL path (already percent-encoded where needed); ``timeout_s`` False
-        means the connection's bound. Never retries.
+        means the connection's bound (each attempt is bounded).
+
+        Retries, bounded (client-go's rules for the same cases):
+
+        - 429 ``TooManyRequests`` from the API server: the request was not processed, so any
+          method is sent again after ``Retry-After`` seconds (capped at 10 s), up to
+          :data:`MAX_RETRIES` times;
+        - 401: the credentials are rebuilt from the kubeconfig once (an exec credential plugin
+          or token file then gives a fresh token) and the request sent again;
+        - the API server's own 500/502/503/504 and lost connections: only when
+          ``retry_server_errors`` (default: GET and HEAD, which are idempotent), with
+          exponential backoff. A PATCH or POST is never re-sent blindly: the caller re-reads.
 
         Raises:
-            KubeConnectionError: connection refused, TLS failure, or the bound was hit.
+            KubeConnectionError: connection refused, TLS failure, or the bound was hit (after
+                the retries that apply).
         """
+        import time
+
+        retry_errors = method in ("GET", "HEAD") if retry_server_errors is None else retry_server_errors
+        refreshed = False
+        attempt = 0
+        while True:
+            try:
+                answer = self._send(method, path, query=query, body=body, content_type=content_type,
+                                    accept=accept, timeout_s=timeout_s)
+            except KubeConnectionError:
+                if not retry_errors or attempt >= MAX_RETRIES:
+                    raise
+                attempt += 1
+                self._count_retry()
+                time.sleep(min(0.25 * 2**attempt, 4.0))
+                continue
+            if answer.status == 401 and not refreshed and self._reload is not None:
+                refreshed = True
+                self._api_client = self._reload()
+                self._count_retry()
+                continue
+            if answer.status == 429 and answer.from_apiserver and attempt < MAX_RETRIES:
+                attempt += 1
+                self._count_retry()
+                time.sleep(retry_after_seconds(answer.headers.get("retry-after"), attempt))
+                continue
+            if (retry_errors and answer.from_apiserver and answer.status in (500, 502, 503, 504)
+                    and attempt < MAX_RETRIES):
+                attempt += 1
+                self._count_retry()
+                time.sleep(min(0.25 * 2**attempt, 4.0))
+                continue
+            return answer
+
+    def _count_retry(self) -> None:
+        with self._lock:
+            self.retries_made += 1
+
+    def _send(self, method: str, path: str, *, query: Sequence[tuple[str, str]], body: bytes | None,
+              content_type: str | None, accept: str, timeout_s: float | None | bool) -> HttpAnswer:
+        """One attempt of :meth:`request`."""
         import urllib3
 
         headers = dict(self._headers)
@@ -505,7 +586,8 @@ class Kube:
             f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(target, safe=':')}/proxy"
             + quote(path, safe="/")
         )
-        return self.request(method, url, query=query, body=body, accept="*/*", timeout_s=timeout_s)
+        return self.request(method, url, query=query, body=body, accept="*/*", timeout_s=timeout_s,
+                            retry_server_errors=False)
 
     def exec_command(self, namespace: str, pod: str, container: str, argv: Sequence[str],
                      *, timeout_s: float = 60.0) -> ExecResult:
