@@ -236,11 +236,12 @@ class PodCaller:
     long to wait for a pod to become Ready after ``connection refused`` (``ready_wait_s``)."""
 
     def __init__(self, kube: Kube, transports: Transports | None = None, *, ready_wait_s: float = 60.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, stop: Callable[[], bool] = lambda: False) -> None:
         self.kube = kube
         self.transports = transports or Transports("auto")
         self.ready_wait_s = ready_wait_s
         self.sleep = sleep
+        self.stop = stop
 
     def call(self, ref: PodRef, port: int, method: str, path: str, query: Sequence[tuple[str, str]] = (),
              *, scheme: str = "http", timeout_s: float) -> HttpAnswer | CallFailure:
@@ -263,7 +264,7 @@ class PodCaller:
             conditions = (pod.get("status") or {}).get("conditions") or []
             if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
                 return True
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or self.stop():
                 return False
             self.sleep(1.0)
 
@@ -322,6 +323,9 @@ def reset(caller: PodCaller, ref: PodRef, port: int, route: str, query: Sequence
     calls = busy = errors = 0
     delay = 0.25
     while True:
+        if calls and caller.stop():
+            return ResetResult(route, None, CallFailure("interrupted", "interrupted while retrying"), calls, busy,
+                               clock() - start)
         calls += 1
         got = caller.call(ref, port, "POST", route, query, scheme=scheme, timeout_s=RESET_TIMEOUT_S)
         if isinstance(got, CallFailure):

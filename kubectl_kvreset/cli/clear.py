@@ -10,6 +10,8 @@ import click
 
 from .options import (
     EXIT_CODES_HELP,
+    INTERRUPTED,
+    NotRun,
     concurrency_option,
     emit,
     handle_errors,
@@ -177,7 +179,7 @@ class RunOutcome:
     volume results per pod name, owner results per (namespace, owner)."""
 
     def __init__(self) -> None:
-        self.resets: dict[tuple[str, str, int], list[Any]] = {}
+        self.resets: dict[tuple[str, str, int], list[Any] | NotRun] = {}
         self.fs: dict[tuple[str, str], list[Any]] = {}
         self.owners: dict[tuple[str, Any], Any] = {}
 
@@ -196,12 +198,14 @@ def run_plans(ctx: Any, plans: list[PodPlan], *, busy_timeout: float, rollout_ti
         outcome.resets[(plan.pod.namespace, plan.pod.name, port.port)] = port_results
 
     fs_pods = [plan.pod for plan in plans if plan.has(STEP_CLEAR_FS)]
-    if fs_pods:
+    if fs_pods and not INTERRUPTED.is_set():
         from ..fstier import plan_fs_clear, run_fs_clear
 
         targets = plan_fs_clear(fs_pods, ctx.universe, model_only=model_only)
         fs_results = parallel(targets, lambda t: run_fs_clear(ctx.kube, t), max_workers)
         for target, fs_result in zip(targets, fs_results, strict=True):
+            if isinstance(fs_result, NotRun):
+                continue
             for name in fs_result_pods(target):
                 outcome.fs.setdefault((target.namespace, name), []).append(fs_result)
             if getattr(target, "other_pods", None):
@@ -209,7 +213,7 @@ def run_plans(ctx: Any, plans: list[PodPlan], *, busy_timeout: float, rollout_ti
                      f"({', '.join(target.other_pods)}): their FS tier was emptied too")
 
     progress = info if sys.stderr.isatty() else None
-    devmode_owners = _owners(plans, STEP_DEVMODE)
+    devmode_owners = _owners(plans, STEP_DEVMODE) if not INTERRUPTED.is_set() else []
     if devmode_owners:
         from ..rollout import DevModeResult, run_phased, set_dev_mode
 
@@ -221,7 +225,7 @@ def run_plans(ctx: Any, plans: list[PodPlan], *, busy_timeout: float, rollout_ti
 
         for dm in run_phased(devmode_owners, enable, skip, ok=lambda r: bool(r.ok)):
             outcome.owners[(dm.namespace, dm.owner)] = dm
-    restart_owners_ = _owners(plans, STEP_RESTART)
+    restart_owners_ = _owners(plans, STEP_RESTART) if not INTERRUPTED.is_set() else []
     if restart_owners_:
         from ..rollout import restart_owners
 
@@ -358,10 +362,14 @@ def result_row(plan: PodPlan, port: Any, outcome: RunOutcome) -> tuple[dict[str,
         for tier in step.empties:
             step_of.setdefault(id(tier), step.action)
     left_ids = {id(lt.tier): lt for lt in plan.steps.left}
-    resets = outcome.resets.get((pod.namespace, pod.name, port.port)) if port is not None else None
+    got = outcome.resets.get((pod.namespace, pod.name, port.port)) if port is not None else None
+    resets = None if isinstance(got, NotRun) else got
     reset_state: str | None = None
     if plan.has("api-reset"):
-        if not resets:
+        if isinstance(got, NotRun) or (got is None and INTERRUPTED.is_set() and port is not None):
+            reset_state, failure_result = "not emptied", "interrupted"
+            messages.append("not reset: the run was interrupted before this call finished")
+        elif not resets:
             reset_state, failure_result = "not emptied", "failed"
             messages.append("no API port found in the vLLM command")
         else:
@@ -390,6 +398,9 @@ def result_row(plan: PodPlan, port: Any, outcome: RunOutcome) -> tuple[dict[str,
             owner_state = "not emptied"
             failure_result = failure_result or "failed"
             messages.append(owner_result_message(owner_res))
+    if INTERRUPTED.is_set() and owner_res is None and any(st.disruptive for st in plan.steps.steps):
+        failure_result = failure_result or "interrupted"
+        messages.append("the restart or dev-mode rollout was not started: the run was interrupted")
     if not plan.has("api-reset") and owner_res is None and dev_mode_on(pod) is False:
         failure_result = failure_result or "dev mode off"
         messages.append(dev_mode_hint(pod))
@@ -446,7 +457,7 @@ def describe_reset_failure(pod: Any, first: Any) -> tuple[str, str]:
 
     if first.failure is not None:
         result = {"forbidden": "forbidden", "pod-gone": "pod gone", "unreachable": "unreachable",
-                  "refused": "unreachable"}.get(first.failure.kind, "failed")
+                  "refused": "unreachable", "interrupted": "interrupted"}.get(first.failure.kind, "failed")
         return result, first.failure.message
     if first.outcome is ResetOutcome.BUSY:
         return "busy", (f"vLLM kept answering success:false for {first.elapsed_s:.0f}s (blocks held by running "

@@ -12,6 +12,7 @@ import click
 from ..report import Report
 from .options import (
     EXIT_CODES_HELP,
+    NotRun,
     concurrency_option,
     emit,
     handle_errors,
@@ -95,6 +96,11 @@ def command(**params: Any) -> None:
                             params["max_concurrency"]))
     report = FsReport("FsTierClear", columns(ctx.scope))
     for target, outcome in zip(targets, results, strict=True):
+        if isinstance(outcome, NotRun):
+            row = fs_row(target, None)
+            row.update(result="interrupted", message="not run: interrupted")
+            report.add(row, ExitCode.INTERRUPTED)
+            continue
         report.add(fs_row(target, outcome), row_code(outcome))
     emit(report, params["output"], empty_message="Nothing to do.")
 

@@ -71,7 +71,9 @@ def complete(params: dict[str, Any], *, default_all: bool) -> RunContext:
         info(f"No vLLM server pods found in {where}.")
     from ..podapi import PodCaller, Transports
 
-    caller = PodCaller(kube, Transports(str(params.get("transport") or "auto")))
+    from .options import INTERRUPTED
+
+    caller = PodCaller(kube, Transports(str(params.get("transport") or "auto")), stop=INTERRUPTED.is_set)
     return RunContext(kube, scope, universe, pods, caller)
 
 

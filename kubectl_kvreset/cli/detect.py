@@ -8,6 +8,7 @@ import click
 
 from .options import (
     EXIT_CODES_HELP,
+    NotRun,
     concurrency_option,
     emit,
     handle_errors,
@@ -68,7 +69,11 @@ def command(**params: Any) -> None:
     for pod, version in zip(ctx.pods, versions, strict=True):
         notes = list(pod.notes)
         code = ExitCode.OK
-        if isinstance(version, CallFailure):
+        if isinstance(version, NotRun):
+            notes.append("version not read: interrupted")
+            code = ExitCode.INTERRUPTED
+            version = None
+        elif isinstance(version, CallFailure):
             notes.append(f"version unknown: {version.message}")
             code = ExitCode.FAILED
             version = None

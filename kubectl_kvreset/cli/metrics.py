@@ -8,6 +8,7 @@ import click
 
 from .options import (
     EXIT_CODES_HELP,
+    NotRun,
     concurrency_option,
     emit,
     handle_errors,
@@ -66,6 +67,9 @@ def command(**params: Any) -> None:
     for (pod, port), got in zip(units, scraped, strict=True):
         base = {"namespace": pod.namespace, "pod": pod.name, "port": port.port, "role": pod.role}
         engines = []
+        if isinstance(got, NotRun):
+            report.add({**base, "engine": None, "error": "not read: interrupted"}, ExitCode.INTERRUPTED)
+            continue
         error = got.error
         if got.text is not None:
             try:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -144,19 +145,63 @@ def handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def parallel(items: Iterable[T], fn: Callable[[T], R], max_workers: int) -> Iterator[R]:
+#: Set when the user pressed Ctrl-C during :func:`parallel`: no new work starts, and the
+#: report's exit code becomes 130.
+INTERRUPTED = threading.Event()
+
+#: How long calls already in flight may finish after Ctrl-C (each is bounded on its own too).
+INFLIGHT_BOUND_S = 40.0
+
+
+class NotRun:
+    """The result of an item :func:`parallel` did not run (or whose call did not finish)
+    because the run was interrupted."""
+
+    def __repr__(self) -> str:
+        return "NOT_RUN"
+
+
+NOT_RUN = NotRun()
+
+
+def parallel(items: Iterable[T], fn: Callable[[T], R], max_workers: int) -> list[R | NotRun]:
     """Apply ``fn`` to every item with at most ``max_workers`` calls in flight; results come
-    back in the items' order."""
+    back in the items' order.
+
+    Ctrl-C stops new work: items not started get :data:`NOT_RUN`, calls in flight are waited
+    for up to :data:`INFLIGHT_BOUND_S` (a second Ctrl-C stops waiting), and
+    :data:`INTERRUPTED` is set so later phases are skipped and the exit code is 130.
+    """
+    from concurrent.futures import wait
+
     items = list(items)
     if not items:
-        return iter(())
-    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(items)))) as pool:
-        return iter(list(pool.map(fn, items)))
+        return []
+    if INTERRUPTED.is_set():
+        return [NOT_RUN] * len(items)
+    pool = ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(items))))
+    futures = [pool.submit(fn, item) for item in items]
+    try:
+        results: list[R | NotRun] = [f.result() for f in futures]
+    except KeyboardInterrupt:
+        INTERRUPTED.set()
+        for f in futures:
+            f.cancel()
+        running = [f for f in futures if not f.cancelled() and not f.done()]
+        info(f"interrupted: no new calls start; waiting up to {INFLIGHT_BOUND_S:.0f}s for {len(running)} in flight "
+             "(Ctrl-C again to stop waiting)")
+        wait(running, timeout=INFLIGHT_BOUND_S)
+        pool.shutdown(wait=False, cancel_futures=True)
+        return [f.result() if f.done() and not f.cancelled() and f.exception() is None else NOT_RUN for f in futures]
+    pool.shutdown(wait=True)
+    return results
 
 
 def emit(report: Report, fmt: str, *, empty_message: str) -> None:
     """Print the report on stdout in ``fmt`` (``No resources found`` style note on stderr when
-    a table has no rows) and exit with the report's code."""
+    a table has no rows) and exit with the report's code (130 after Ctrl-C)."""
+    if INTERRUPTED.is_set():
+        report.codes.append(ExitCode.INTERRUPTED)
     if not report.rows and fmt in ("table", "wide"):
         info(empty_message)
     else:
