@@ -70,7 +70,6 @@ def complete(params: dict[str, Any], *, default_all: bool) -> RunContext:
         where = "any namespace" if scope is None else f"namespace {scope!r}"
         info(f"No vLLM server pods found in {where}.")
     from ..podapi import PodCaller, Transports
-
     from .options import INTERRUPTED
 
     caller = PodCaller(kube, Transports(str(params.get("transport") or "auto")), stop=INTERRUPTED.is_set)
