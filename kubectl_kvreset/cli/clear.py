@@ -182,6 +182,7 @@ class RunOutcome:
         self.resets: dict[tuple[str, str, int], list[Any] | NotRun] = {}
         self.fs: dict[tuple[str, str], list[Any]] = {}
         self.owners: dict[tuple[str, Any], Any] = {}
+        self.successors: dict[tuple[str, Any], list[str]] = {}
 
 
 def run_plans(ctx: Any, plans: list[PodPlan], *, busy_timeout: float, rollout_timeout: float,
@@ -231,7 +232,29 @@ def run_plans(ctx: Any, plans: list[PodPlan], *, busy_timeout: float, rollout_ti
 
         for owner_result in restart_owners(ctx.kube, restart_owners_, timeout_s=rollout_timeout, progress=progress):
             outcome.owners[(owner_result.namespace, owner_result.owner)] = owner_result
+    find_successors(ctx, plans, outcome)
     return build_report(ctx, plans, outcome)
+
+
+def find_successors(ctx: Any, plans: list[PodPlan], outcome: RunOutcome) -> None:
+    """For owners with a pod that vanished during the run (the reset answered 404 for the pod),
+    list the owner's pods again: the new names are its successors, which start cold."""
+    from ..discovery import discover
+    from ..kube import KubeError
+
+    gone_ns: set[str] = set()
+    for (ns, _pod, _port), got in outcome.resets.items():
+        if isinstance(got, list) and got and got[0].failure is not None and got[0].failure.kind == "pod-gone":
+            gone_ns.add(ns)
+    known = {(p.namespace, p.name) for p in ctx.universe}
+    for ns in sorted(gone_ns):
+        try:
+            now = discover(ctx.kube, ns)
+        except KubeError:
+            continue
+        for pod in now:
+            if (pod.namespace, pod.name) not in known:
+                outcome.successors.setdefault((ns, pod.owner), []).append(pod.name)
 
 
 def _owners(plans: list[PodPlan], action: str) -> list[tuple[str, Any, str | None]]:
@@ -357,6 +380,7 @@ def result_row(plan: PodPlan, port: Any, outcome: RunOutcome) -> tuple[dict[str,
     messages: list[str] = []
     failure_result: str | None = None
     unconfirmed = False
+    gone = False
     step_of: dict[int, str] = {}
     for step in plan.steps.steps:
         for tier in step.empties:
@@ -379,6 +403,12 @@ def result_row(plan: PodPlan, port: Any, outcome: RunOutcome) -> tuple[dict[str,
             elif first.outcome is ResetOutcome.UNCONFIRMED:
                 reset_state, unconfirmed = "unconfirmed", True
                 messages.append("vLLM < 0.26 answers an empty 200: the reset ran but its result is not known")
+            elif first.failure is not None and first.failure.kind == "pod-gone":
+                successors = outcome.successors.get((pod.namespace, pod.owner), [])
+                reset_state, gone = "replaced", True
+                messages.append(f"pod {pod.name} was deleted during the run"
+                                + (f"; its successor {', '.join(successors)} is a new pod and starts cold" if successors
+                                   else " and has no successor: nothing is left to empty"))
             else:
                 reset_state = "not emptied"
                 failure_result, reset_text = describe_reset_failure(pod, first)
@@ -430,8 +460,10 @@ def result_row(plan: PodPlan, port: Any, outcome: RunOutcome) -> tuple[dict[str,
             state = owner_state or "not emptied"
         cells[tier.kind.value].append(state)
     states = [st for v in cells.values() for st in v]
-    all_done = all(st in ("emptied", "unconfirmed") for st in states)
-    if failure_result is None and all_done:
+    all_done = all(st in ("emptied", "unconfirmed", "replaced") for st in states)
+    if gone and failure_result is None:
+        result, code = ("replaced" if outcome.successors.get((pod.namespace, pod.owner)) else "gone"), ExitCode.OK
+    elif failure_result is None and all_done:
         result = "unconfirmed" if unconfirmed else "emptied"
         code = ExitCode.UNCONFIRMED if unconfirmed else ExitCode.OK
     else:
