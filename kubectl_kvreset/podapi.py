@@ -62,12 +62,14 @@ class Transport(str, Enum):
     PORT_FORWARD = "port-forward"
 
 
-#: RBAC each transport needs, named in the error when every transport was refused.
-TRANSPORT_PERMISSIONS = {
-    Transport.PROXY: "create on pods/proxy",
-    Transport.EXEC: "get and create on pods/exec",
-    Transport.PORT_FORWARD: "get and create on pods/portforward",
-}
+def permission(transport: Transport, method: str) -> str:
+    """The RBAC a transport needs for an HTTP ``method``, as an error names it: the pod proxy is
+    authorised by the proxied method (GET -> ``get``, POST -> ``create``); exec and port-forward
+    by the WebSocket upgrade (``get`` on v1.32, ``create`` from 1.35: grant both)."""
+    if transport is Transport.PROXY:
+        return f"{'get' if method in ('GET', 'HEAD') else 'create'} on pods/proxy"
+    resource = "pods/exec" if transport is Transport.EXEC else "pods/portforward"
+    return f"get and create on {resource}"
 
 #: The fixed program run through exec. It takes the method, URL and timeout as argv elements
 #: (never interpolated into code or a shell), ignores proxy settings, and prints one JSON line.
@@ -157,7 +159,7 @@ def _call_one(kube: Kube, ref: PodRef, port: int, method: str, path: str, query:
 
 def _failure_from_status(status: int, reason: str, message: str, transport: Transport, method: str) -> CallFailure:
     if status == 403:
-        return CallFailure("forbidden", f"{message} (needs {TRANSPORT_PERMISSIONS[transport]})")
+        return CallFailure("forbidden", f"{message} (needs {permission(transport, method)})")
     if status == 404:
         return CallFailure("pod-gone", message or "pod not found")
     if status in (502, 503, 504):
@@ -207,7 +209,7 @@ def call(kube: Kube, namespace: str, pod: str, port: int, method: str, path: str
     last: CallFailure = CallFailure("forbidden", "no transport allowed")
     usable = chooser.usable()
     if not usable:
-        return _all_forbidden(chooser)
+        return _all_forbidden(chooser, method)
     for transport in usable:
         got = _call_one(kube, ref, port, method, path, query, scheme, timeout_s, transport)
         if isinstance(got, CallFailure) and got.kind == "refused" and wait_ready is not None and wait_ready():
@@ -222,12 +224,12 @@ def call(kube: Kube, namespace: str, pod: str, port: int, method: str, path: str
             continue
         return got
     if all(t in chooser.forbidden for t in chooser.order):
-        return _all_forbidden(chooser)
+        return _all_forbidden(chooser, method)
     return last
 
 
-def _all_forbidden(chooser: Transports) -> CallFailure:
-    needs = "; or ".join(TRANSPORT_PERMISSIONS[t] for t in chooser.order)
+def _all_forbidden(chooser: Transports, method: str) -> CallFailure:
+    needs = "; or ".join(permission(t, method) for t in chooser.order)
     return CallFailure("forbidden", f"every transport was refused: needs {needs}")
 
 

@@ -73,5 +73,15 @@ def cli(ctx: click.Context) -> None:
 
 
 def main(argv: list[str] | None = None) -> Any:
-    """Console entry point (``kubectl-kvreset``)."""
-    return cli.main(args=argv, prog_name=_prog_name())
+    """Console entry point (``kubectl-kvreset``). ``argv`` defaults to ``sys.argv[1:]``.
+
+    ``kubectl-kvreset __complete WORDS...`` (or ``__completeNoDesc``) answers a shell-completion
+    request in cobra's format instead (:mod:`kubectl_kvreset.completion`), which is what the
+    ``kubectl_complete-kvreset`` helper kubectl runs for plugins asks for.
+    """
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in ("__complete", "__completeNoDesc"):
+        from ..completion import main as complete_main
+
+        return complete_main(args)
+    return cli.main(args=args, prog_name=_prog_name())

@@ -1,0 +1,191 @@
+"""Release tooling for kubectl-kvreset: the zipapp's entry guard, the krew archive and manifest.
+
+Run by ``make build`` and ``make krew`` (``python krew/build.py COMMAND ...``):
+
+* ``guard SRC DST``: copy the shiv zipapp ``SRC`` to ``DST`` with its ``__main__.py`` replaced by
+  ``krew/zipapp_main.py`` (a Python-version check written for any Python, then shiv's bootstrap).
+  shiv's own ``__main__.py`` imports its bootstrap first, so an old interpreter would extract and
+  compile everything before any preamble could stop it (linkedin/shiv ``builder.py``).
+* ``archive``: the krew release archive, a ``.tar.gz`` holding the zipapp (mode 0755),
+  ``LICENSE`` and the completion script. krew sniffs archive types from content and a shebang
+  zipapp sniffs as text, so it must be wrapped (krew ``internal/download/downloader.go``); the
+  index CI requires a license file among the installed files (``cmd/validate-krew-manifest``).
+* ``manifest``: ``plugin.yaml`` from ``krew/plugin.yaml.in`` with the version, the archive's URL
+  and its lowercase sha256 (krew ``internal/index/validation/validate.go`` accepts only
+  ``^[a-f0-9]{64}$``).
+
+Every output is reproducible: fixed timestamps (``SOURCE_DATE_EPOCH``), owners, order and gzip
+header, so two runs on the same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import os
+import string
+import sys
+import tarfile
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_EPOCH = 1767225600  # 2026-01-01T00:00:00Z, the Makefile's default SOURCE_DATE_EPOCH
+
+
+def source_date_epoch() -> int:
+    """``SOURCE_DATE_EPOCH`` (seconds since the epoch) or the project's fixed default."""
+    return int(os.environ.get("SOURCE_DATE_EPOCH", DEFAULT_EPOCH))
+
+
+def split_zipapp(data: bytes) -> tuple[bytes, bytes]:
+    """Split a zipapp into ``(shebang line including its newline, zip bytes)``.
+
+    Raises:
+        ValueError: the data does not start with ``#!``.
+    """
+    if not data.startswith(b"#!"):
+        raise ValueError("not a zipapp: no '#!' line")
+    end = data.index(b"\n") + 1
+    return data[:end], data[end:]
+
+
+def replace_main(src: Path, dst: Path, main_py: bytes) -> None:
+    """Write ``dst``: the zipapp ``src`` with its ``__main__.py`` replaced by ``main_py``.
+
+    Entries keep their order, timestamps, compression and permission bits, so the output is
+    as reproducible as the input. ``dst`` is made executable (0755).
+
+    Raises:
+        ValueError: ``src`` is not a zipapp or holds no ``__main__.py``.
+    """
+    shebang, body = split_zipapp(src.read_bytes())
+    out = io.BytesIO()
+    out.write(shebang)
+    found = False
+    with zipfile.ZipFile(io.BytesIO(body)) as zin, zipfile.ZipFile(out, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename == "__main__.py":
+                data, found = main_py, True
+            copy = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            copy.compress_type = info.compress_type
+            copy.external_attr = info.external_attr
+            copy.create_system = info.create_system
+            zout.writestr(copy, data)
+    if not found:
+        raise ValueError(f"{src} holds no __main__.py")
+    tmp = dst.with_name(dst.name + ".part")
+    tmp.write_bytes(out.getvalue())
+    tmp.chmod(0o755)
+    tmp.replace(dst)
+
+
+def _tar_member(name: str, data: bytes, mode: int, mtime: int) -> tuple[tarfile.TarInfo, io.BytesIO]:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = mode
+    info.mtime = mtime
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    info.type = tarfile.REGTYPE
+    return info, io.BytesIO(data)
+
+
+def build_archive(output: Path, members: Sequence[tuple[str, Path, int]], *, mtime: int | None = None) -> str:
+    """Write a reproducible ``.tar.gz`` of ``members`` (``(name in archive, file, mode)``),
+    sorted by name, owned by root (0:0), with every mtime and the gzip header's time set to
+    ``mtime`` (default ``SOURCE_DATE_EPOCH``) and no file name in the gzip header.
+
+    Returns the archive's lowercase sha256 (64 hex digits).
+    """
+    mtime = source_date_epoch() if mtime is None else mtime
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, path, mode in sorted(members):
+            info, data = _tar_member(name, path.read_bytes(), mode, mtime)
+            tar.addfile(info, data)
+    packed = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=packed, compresslevel=9, mtime=mtime) as gz:
+        gz.write(raw.getvalue())
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_bytes(packed.getvalue())
+    return hashlib.sha256(packed.getvalue()).hexdigest()
+
+
+def sha256_of(path: Path) -> str:
+    """Lowercase hex sha256 of a file's bytes."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def render_manifest(template: str, *, version: str, homepage: str, uri: str, sha256: str) -> str:
+    """Fill the krew manifest template (``string.Template``: ``${version}``, ``${homepage}``,
+    ``${uri}``, ``${sha256}``). ``version`` is the package version without ``v`` (``0.1.0``); krew wants
+    ``v0.1.0``.
+
+    Raises:
+        ValueError: ``sha256`` is not 64 lowercase hex digits, or the template names other fields.
+    """
+    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        raise ValueError(f"sha256 must be 64 lowercase hex digits, got {sha256!r}")
+    return string.Template(template).substitute(
+        version=f"v{version.removeprefix('v')}", homepage=homepage, uri=uri, sha256=sha256)
+
+
+def package_version(init_py: Path) -> str:
+    """``__version__`` from the package's ``__init__.py`` (read as text, not imported).
+
+    Raises:
+        ValueError: no ``__version__ = "..."`` line.
+    """
+    for line in init_py.read_text().splitlines():
+        if line.startswith("__version__"):
+            return line.split("=", 1)[1].strip().strip("\"'")
+    raise ValueError(f"no __version__ in {init_py}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry (see the module docstring). Returns the exit code."""
+    parser = argparse.ArgumentParser(prog="krew/build.py", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("guard", help="replace the zipapp's __main__.py with the version guard")
+    g.add_argument("src", type=Path)
+    g.add_argument("dst", type=Path)
+    g.add_argument("--main", type=Path, default=HERE / "zipapp_main.py")
+    a = sub.add_parser("archive", help="build the krew .tar.gz")
+    a.add_argument("--zipapp", type=Path, required=True)
+    a.add_argument("--license", type=Path, required=True)
+    a.add_argument("--completion", type=Path, default=HERE / "kubectl_complete-kvreset")
+    a.add_argument("--output", type=Path, required=True)
+    m = sub.add_parser("manifest", help="write plugin.yaml from the template")
+    m.add_argument("--archive", type=Path, required=True)
+    m.add_argument("--version", default=None, help="default: the package's __version__")
+    m.add_argument("--homepage", required=True, help="the project's home page (its repository)")
+    m.add_argument("--uri", required=True, help="release URL of the archive; {version} is replaced")
+    m.add_argument("--template", type=Path, default=HERE / "plugin.yaml.in")
+    m.add_argument("--output", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if args.cmd == "guard":
+        replace_main(args.src, args.dst, args.main.read_bytes())
+    elif args.cmd == "archive":
+        digest = build_archive(args.output, [
+            ("kubectl-kvreset", args.zipapp, 0o755),
+            ("LICENSE", args.license, 0o644),
+            ("kubectl_complete-kvreset", args.completion, 0o755),
+        ])
+        print(f"{args.output}: sha256 {digest}")
+    else:
+        version = (args.version or package_version(HERE.parent / "kubectl_kvreset" / "__init__.py")).removeprefix("v")
+        text = render_manifest(args.template.read_text(), version=version, homepage=args.homepage,
+                               uri=args.uri.replace("{version}", version), sha256=sha256_of(args.archive))
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text)
+        print(f"{args.output}: v{version}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
