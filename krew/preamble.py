@@ -8,10 +8,17 @@ this removes the siblings that belong to other builds of the same archive name: 
 ``<name>_<64 hex>`` and their ``.<name>_<64 hex>_lock`` files, plus ``<name>_<64 hex>.tmp``
 leftovers of an interrupted extraction older than an hour. Other apps' directories are left
 alone. Errors are ignored: cleaning must never stop the command.
+
+An extraction in use is never removed: each run holds a shared ``flock`` on
+``<extraction>/.in-use`` for its whole life (the package imports modules lazily, so deleting a
+running build's files would crash it mid-operation); the cleaner removes a sibling only when it
+can take that lock exclusively, and a sibling without the file (a build older than this rule)
+only when it is older than a day.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import time
@@ -19,6 +26,45 @@ from pathlib import Path
 
 #: an interrupted extraction's ``.tmp`` directory younger than this may still be in progress
 TMP_GRACE_S = 3600.0
+#: a sibling extraction without an ``.in-use`` file younger than this may still be running
+UNMARKED_GRACE_S = 86400.0
+IN_USE = ".in-use"
+
+
+def hold_in_use(current: Path) -> int | None:
+    """Take a shared lock on ``current/.in-use`` for the life of this process (the descriptor
+    is never closed). Returns the descriptor, or None where locking is not possible."""
+    try:
+        import fcntl
+
+        fd = os.open(current / IN_USE, os.O_CREAT | os.O_RDWR, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return fd
+    except (OSError, ImportError):
+        return None
+
+
+def in_use(entry: Path, now: float) -> bool:
+    """True when another process may be running from the extraction ``entry``."""
+    marker = entry / IN_USE
+    try:
+        import fcntl
+
+        fd = os.open(marker, os.O_RDWR)
+    except FileNotFoundError:
+        try:
+            return now - entry.stat().st_mtime < UNMARKED_GRACE_S
+        except OSError:
+            return True
+    except (OSError, ImportError):
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def remove_stale(current: Path, *, now: float | None = None) -> list[Path]:
@@ -44,6 +90,8 @@ def remove_stale(current: Path, *, now: float | None = None) -> list[Path]:
         try:
             if match.group(2) and now - entry.stat().st_mtime < TMP_GRACE_S:
                 continue
+            if not match.group(2) and in_use(entry, now):
+                continue
             shutil.rmtree(entry)
             removed.append(entry)
             if not match.group(2):
@@ -54,4 +102,5 @@ def remove_stale(current: Path, *, now: float | None = None) -> list[Path]:
 
 
 if __name__ == "__main__" and "site_packages" in globals():
+    hold_in_use(Path(globals()["site_packages"]).parent)
     remove_stale(Path(globals()["site_packages"]).parent)

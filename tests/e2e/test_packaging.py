@@ -228,6 +228,7 @@ def test_eight_simultaneous_first_runs_and_stale_cleanup(tmp_path: Path) -> None
     root.mkdir()
     stale = root / ("kubectl-kvreset_" + "0" * 64)
     (stale / "site-packages").mkdir(parents=True)
+    (stale / ".in-use").touch()  # an older build's extraction that no process holds
     other = root / ("someotherapp_" + "0" * 64)
     other.mkdir()
     env = {**os.environ, "SHIV_ROOT": str(root)}

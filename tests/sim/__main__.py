@@ -84,6 +84,7 @@ class Simulator:
             self.scenario, backend)
         self.server = SimServer(self.cluster, users=self.scenario.users, namespace=namespace)
         self.server.authorizer = RBACAuthorizer(self.store)
+        self.server.drop_fields = dict(self.scenario.drop_fields)
         self.manifests = manifests
 
     def start(self, wait: float = 60.0) -> None:

@@ -289,6 +289,10 @@ class PodRuntime:
             self.notes.append(f"container {name}: {result.error}")
         if result.timed_out:
             self.notes.append(f"container {name}: command timed out")
+        if not result.recordings and result.returncode not in (0, None) and not result.timed_out \
+                and not result.error:
+            self.notes.append(f"container {name}: exited {result.returncode} without starting "
+                              f"vLLM: {result.stderr.strip()[-300:]}")
         chosen: ServeArgs | None = None
         for rec in result.recordings:
             parsed = parse_vllm_argv(rec)

@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
@@ -253,10 +254,18 @@ def run_recorded(
     cmd += ["--", prog, *argv[1:]]
 
     try:
-        proc = subprocess.run(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            timeout=timeout, start_new_session=True,
-        )
+        # A recorder script written just now can still be open for writing in a child another
+        # thread forked meanwhile (until that child execs): exec then fails with ETXTBSY
+        # ("Text file busy", seen with 256 pods starting at once). The container's command
+        # is then run again, as the kubelet restarts a container that failed to start.
+        for attempt in range(5):
+            proc = subprocess.run(
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                timeout=timeout, start_new_session=True,
+            )
+            if proc.returncode == 0 or b"Text file busy" not in proc.stderr:
+                break
+            time.sleep(0.05 * (attempt + 1))
         result.returncode = proc.returncode
         result.stderr = proc.stderr.decode("utf-8", "replace")[-4000:]
     except subprocess.TimeoutExpired as exc:

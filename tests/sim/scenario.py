@@ -12,6 +12,8 @@ users:
 rbac:                              # extra objects (Role, RoleBinding...) loaded with the manifests
   - {kind: RoleBinding, apiVersion: rbac.authorization.k8s.io/v1, ...}
 faults: {}                         # reserved
+drop_fields:                       # fault: served objects of a resource lose these fields
+  deployments: [status.updatedReplicas, spec.selector.matchLabels]   # dotted; "\\." escapes
 ```
 """
 
@@ -85,13 +87,17 @@ class Scenario:
     """Parsed scenario: per-owner replica overrides keyed ``(kind, name)``, pod rules in file
     order (later rules override earlier keys), extra users, reserved faults, and ``rbac``:
     extra Kubernetes objects (meant for Role, ClusterRole, RoleBinding, ClusterRoleBinding)
-    loaded with the manifests, so a test can give its users permissions."""
+    loaded with the manifests, so a test can give its users permissions. ``drop_fields`` maps
+    a resource plural (``deployments``) to field paths (tuples of keys) removed from every
+    object of it the API serves: a deliberately broken server, for the kubectl conformance
+    suite's negative checks (the stored objects and the controllers are untouched)."""
 
     replicas: dict[tuple[str, str], int] = field(default_factory=dict)
     pods: list[PodRule] = field(default_factory=list)
     users: list[str] = field(default_factory=list)
     faults: dict[str, Any] = field(default_factory=dict)
     rbac: list[dict[str, Any]] = field(default_factory=list)
+    drop_fields: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
 
     def replicas_for(self, kind: str, name: str) -> int | None:
         """Replica override for owner ``kind``/``name`` (kind lower-case), or None."""
@@ -119,7 +125,7 @@ def parse_scenario(data: Any) -> Scenario:
         return Scenario()
     if not isinstance(data, dict):
         raise ScenarioError("scenario must be a mapping")
-    unknown = set(data) - {"replicas", "pods", "users", "faults", "rbac"}
+    unknown = set(data) - {"replicas", "pods", "users", "faults", "rbac", "drop_fields"}
     if unknown:
         raise ScenarioError(f"unknown scenario keys: {sorted(unknown)}")
     sc = Scenario()
@@ -163,7 +169,38 @@ def parse_scenario(data: Any) -> Scenario:
         if not isinstance(obj, dict) or not obj.get("kind") or not obj.get("apiVersion"):
             raise ScenarioError(f"rbac[{i}] must be a Kubernetes object with apiVersion and kind")
         sc.rbac.append(obj)
+    drop = data.get("drop_fields") or {}
+    if not isinstance(drop, dict):
+        raise ScenarioError("drop_fields must map a resource plural to a list of field paths")
+    for plural, paths in drop.items():
+        if not isinstance(paths, list) or not all(isinstance(x, str) and x for x in paths):
+            raise ScenarioError(f"drop_fields[{plural!r}] must be a list of dotted field paths")
+        sc.drop_fields[str(plural)] = [split_field_path(x) for x in paths]
     return sc
+
+
+def split_field_path(path: str) -> tuple[str, ...]:
+    """``"metadata.labels.app\\.kubernetes\\.io/name"`` -> ``("metadata", "labels",
+    "app.kubernetes.io/name")``: dots separate keys, ``\\.`` is a literal dot (the escape
+    kubectl's JSONPath uses for label keys)."""
+    parts: list[str] = []
+    cur = ""
+    i = 0
+    while i < len(path):
+        if path.startswith("\\.", i):
+            cur += "."
+            i += 2
+        elif path[i] == ".":
+            parts.append(cur)
+            cur = ""
+            i += 1
+        else:
+            cur += path[i]
+            i += 1
+    parts.append(cur)
+    if any(not p for p in parts):
+        raise ScenarioError(f"bad field path {path!r}")
+    return tuple(parts)
 
 
 def load_scenario(path: str | Path | None) -> Scenario:

@@ -262,6 +262,9 @@ class SimServer:
     network fault makes a proxy call wait before its 503. ``exec_timeout`` (s, default 300)
     bounds one exec (then it is killed and its error channel says so);
     ``portforward_timeout`` (s, default 3600) bounds one port-forward session.
+    ``drop_fields`` (resource plural -> field paths as key tuples; the scenario's
+    ``drop_fields``) is a fault: every object of that resource the server returns (get, list,
+    watch, Table rows, write answers) lacks those fields; what is stored is unchanged.
     """
 
     def __init__(self, cluster: Cluster, users: list[str] | None = None,
@@ -280,6 +283,7 @@ class SimServer:
         self.unreachable_delay = unreachable_delay
         self.exec_timeout = 300.0
         self.portforward_timeout = 3600.0
+        self.drop_fields: dict[str, list[tuple[str, ...]]] = {}
         self._counts: Counter[str] = Counter()
         self._count_lock = threading.Lock()
         self._httpd: _TLSServer | None = None
@@ -442,8 +446,24 @@ class SimServer:
         finally:
             self.store.unsubscribe(listener)
 
+    def _served(self, rtype: ResourceType, obj: Obj) -> Obj:
+        """``obj`` as the server returns it: a copy without the ``drop_fields`` of its
+        resource (the fault), else ``obj`` itself."""
+        paths = self.drop_fields.get(rtype.plural)
+        if not paths or not isinstance(obj, dict):
+            return obj
+        out: Obj = json.loads(json.dumps(obj))
+        for path in paths:
+            node: Any = out
+            for key in path[:-1]:
+                node = node.get(key) if isinstance(node, dict) else None
+            if isinstance(node, dict):
+                node.pop(path[-1], None)
+        return out
+
     def _watch_line(self, etype: str, rtype: ResourceType, obj: Obj, as_table: bool,
                     query: dict[str, str]) -> bytes:
+        obj = self._served(rtype, obj)
         out = table_for(rtype, [obj], obj["metadata"].get("resourceVersion", ""),
                         query.get("includeObject", "Metadata")) if as_table else obj
         return json.dumps({"type": etype, "object": out}, separators=(",", ":")).encode() + b"\n"
@@ -644,6 +664,7 @@ class SimServer:
         if verb == "list":
             items = self.store.list(rtype, ns, parse_label_selector(query.get("labelSelector")),
                                     parse_field_selector(query.get("fieldSelector")))
+            items = [self._served(rtype, o) for o in items]
             rv = self.store.resource_version
             if "as=Table" in accept:
                 return self._json(200, table_for(rtype, items, rv,
@@ -654,6 +675,7 @@ class SimServer:
             obj = self.store.get(rtype, ns, name)
             if sub == "scale":
                 return self._json(200, self._scale(rtype, obj))
+            obj = self._served(rtype, obj)
             if "as=Table" in accept:
                 return self._json(200, table_for(rtype, [obj], self.store.resource_version,
                                                  query.get("includeObject", "Metadata")))
@@ -665,7 +687,7 @@ class SimServer:
             obj = self._decode(body)
             self._check_kind(rtype, obj)
             created = self.cluster.create_object(rtype, obj, ns, dry_run=dry)
-            return self._json(201, created)
+            return self._json(201, self._served(rtype, created))
         if verb == "update":
             obj = self._decode(body)
             if sub == "scale":
@@ -673,8 +695,8 @@ class SimServer:
                                                        (obj.get("spec") or {}).get("replicas"),
                                                        dry))
             self._check_kind(rtype, obj)
-            return self._json(200, self.store.replace(rtype, ns, name, obj, dry_run=dry,
-                                                      status_only=sub == "status"))
+            return self._json(200, self._served(rtype, self.store.replace(
+                rtype, ns, name, obj, dry_run=dry, status_only=sub == "status")))
         if verb == "patch":
             try:
                 patch = json.loads(body or b"null")
@@ -690,7 +712,8 @@ class SimServer:
                 return self._json(200, self._set_scale(rtype, ns, name,
                                                        (new.get("spec") or {}).get("replicas"),
                                                        dry))
-            return self._json(200, self.store.patch(rtype, ns, name, ctype, patch, dry_run=dry))
+            return self._json(200, self._served(rtype, self.store.patch(rtype, ns, name, ctype,
+                                                                        patch, dry_run=dry)))
         if verb == "delete":
             obj = self.store.delete(rtype, ns, name, dry_run=dry)
             if rtype.kind == "Pod":

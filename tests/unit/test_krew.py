@@ -295,11 +295,32 @@ def test_preamble_removes_only_this_apps_other_builds(tmp_path: Path) -> None:
     other.mkdir()
     lookalike = tmp_path / "kubectl-kvreset_notahash"
     lookalike.mkdir()
-    removed = preamble.remove_stale(current)
-    assert removed == [stale] and not stale.exists() and not (tmp_path / f".{stale.name}_lock").exists()
-    assert current.exists() and other.exists() and lookalike.exists() and fresh_tmp.exists()
+    assert preamble.remove_stale(current) == []  # unmarked and recent: may be a running older build
     # an interrupted extraction's .tmp is removed once it is older than the grace period
     assert preamble.remove_stale(current, now=fresh_tmp.stat().st_mtime + 7200) == [fresh_tmp]
+    removed = preamble.remove_stale(current, now=stale.stat().st_mtime + 2 * 86400)
+    assert removed == [stale] and not stale.exists() and not (tmp_path / f".{stale.name}_lock").exists()
+    assert current.exists() and other.exists() and lookalike.exists()
+
+
+def test_preamble_never_removes_an_extraction_in_use(tmp_path: Path) -> None:
+    preamble = load_tool("preamble")
+    current = tmp_path / ("kubectl-kvreset_" + "c" * 64)
+    running = tmp_path / ("kubectl-kvreset_" + "a" * 64)
+    idle = tmp_path / ("kubectl-kvreset_" + "b" * 64)
+    for d in (current, running, idle):
+        (d / "site-packages").mkdir(parents=True)
+    fd = preamble.hold_in_use(running)  # a process still running the older build
+    assert fd is not None
+    (idle / preamble.IN_USE).touch()  # marked, but nobody holds it
+    try:
+        assert preamble.remove_stale(current) == [idle]
+        assert running.exists() and not idle.exists()
+    finally:
+        import os
+
+        os.close(fd)
+    assert preamble.remove_stale(current) == [running]
 
 
 def test_zipapp_main_guard_is_old_python_syntax() -> None:

@@ -1,0 +1,1 @@
+"""Benchmark of kubectl-kvreset (``make bench`` / ``python -m tests.bench``)."""
