@@ -86,9 +86,9 @@ def command(**params: Any) -> None:
     plans = build_plans(pods, probed, chosen or "none", params["preempt_running"])
     interactive = sys.stdin.isatty() and not params["yes"] and not params["dry_run"]
     if params["dry_run"]:
-        emit(plan_rows(plans, ctx.scope), params["output"], empty_message="Nothing to do.")
+        emit(plan_rows(plans, ctx.scope, chosen), params["output"], empty_message="Nothing to do.")
     if interactive:
-        info(plan_rows(plans, ctx.scope).render("table").rstrip())
+        info(plan_rows(plans, ctx.scope, chosen).render("table").rstrip())
         needs = sorted({p.steps.needs for p in plans if p.steps.needs})
         if needs and chosen is None:
             info("Some tiers are emptied only by replacing pods: " + ", ".join(needs) + " would empty them.")
@@ -96,25 +96,36 @@ def command(**params: Any) -> None:
                                   "the pods; none: leave those tiers)", type=click.Choice(["restart", "devmode", "none"]),
                                   default="none", err=True)
             plans = build_plans(pods, probed, chosen, params["preempt_running"])
-            info(plan_rows(plans, ctx.scope).render("table").rstrip())
+            info(plan_rows(plans, ctx.scope, chosen).render("table").rstrip())
         if not click.confirm("Run these steps?", default=False, err=True):
             info("nothing changed")
             sys.exit(int(ExitCode.FAILED))
     outcome = run_plans(ctx, plans, busy_timeout=busy_timeout, rollout_timeout=rollout_timeout,
-                        model_only=params["model_only"], max_workers=params["max_concurrency"])
+                        model_only=params["model_only"], max_workers=params["max_concurrency"],
+                        fallback=chosen or "none")
     emit(outcome, params["output"], empty_message="No vLLM server pods targeted.")
 
 
 def dev_mode_on(pod: Any) -> bool | None:
-    """Whether the pod's vLLM serves the dev routes, from its spec: True for a literal non-zero
-    integer, False when unset, zero or invalid (an invalid value crash-loops the server), None
-    when set through ``valueFrom``/``envFrom`` (the reset answer decides)."""
+    """Whether the pod's vLLM serves the dev routes, as far as its spec tells.
+
+    True for a literal non-zero integer, False for a literal ``"0"`` or a value vLLM refuses
+    (``int()`` fails: the server crash-loops); a value the container's script sets
+    (``VLLM_SERVER_DEV_MODE=1 vllm serve``, ``export``) counts the same. None when the spec does
+    not say (unset: the image's ENV or a webhook may still set it; ``valueFrom``/``envFrom``):
+    the reset is then sent and a 404 decides.
+    """
     dm = pod.dev_mode
+    if dm.source == "env":
+        return bool(dm.enabled)
     if dm.source is None:
-        return False
-    if dm.source != "env":
-        return None
-    return bool(dm.enabled)
+        script_value = pod.serve.env.get("VLLM_SERVER_DEV_MODE") if pod.serve.env else None
+        if script_value is not None:
+            try:
+                return int(script_value) != 0
+            except ValueError:
+                return False
+    return None
 
 
 @dataclass
@@ -141,9 +152,8 @@ def build_plans(pods: list[Any], probed: list[Any], fallback: str, preempt: bool
     """One :class:`PodPlan` per pod. A disruptive step acts on the owner, so when one pod of an
     owner needs it, every targeted pod of that owner gets it (their API reset is dropped: the
     new pods start cold)."""
-    from ..plan import DISRUPTIVE_STEPS, STEP_CLEAR_FS, LeftTier, PodSteps, Step, api_reset_effects, plan_pod_steps
+    from ..plan import DISRUPTIVE_STEPS, api_reset_effects, plan_pod_steps
     from ..podapi import CallFailure
-    from ..tiers import TierKind
     from ..vllm_api import extra_reset_routes, parse_version, reset_query
 
     plans: list[PodPlan] = []
@@ -161,6 +171,17 @@ def build_plans(pods: list[Any], probed: list[Any], fallback: str, preempt: bool
             if step.action in DISRUPTIVE_STEPS:
                 key = (plan.pod.namespace, plan.pod.owner)
                 owner_step[key] = "restart" if "restart" in (owner_step.get(key), step.action) else step.action
+    promote(plans, owner_step)
+    return plans
+
+
+def promote(plans: list[PodPlan], owner_step: dict[tuple[str, Any], str]) -> None:
+    """Give every pod of an owner in ``owner_step`` that owner's disruptive step (``restart``
+    or ``devmode``): it acts on the owner, whose new pods start cold, so their API reset is
+    dropped and only clear-fs stays before it."""
+    from ..plan import STEP_CLEAR_FS, LeftTier, PodSteps, Step
+    from ..tiers import TierKind
+
     for plan in plans:
         action = owner_step.get((plan.pod.namespace, plan.pod.owner))
         if action is None or plan.has(action):
@@ -171,7 +192,6 @@ def build_plans(pods: list[Any], probed: list[Any], fallback: str, preempt: bool
         left += tuple(LeftTier(e.tier, "the owner is replaced, and " + e.reason, None)
                       for e in plan.effects if e.tier.kind is TierKind.SHARED and e.emptied_by_api_reset)
         plan.steps = PodSteps(kept + (Step(action, local),), left, None)
-    return plans
 
 
 class RunOutcome:
@@ -186,17 +206,24 @@ class RunOutcome:
 
 
 def run_plans(ctx: Any, plans: list[PodPlan], *, busy_timeout: float, rollout_timeout: float,
-              model_only: bool, max_workers: int) -> Any:
+              model_only: bool, max_workers: int, fallback: str = "none") -> Any:
     """Run the steps in order: API resets (parallel), FS tiers (one deletion per volume,
     parallel), then owner rollouts (devmode, restart; prefill before decode). Returns the
     ``CacheReset`` report."""
     from ..plan import STEP_API_RESET, STEP_CLEAR_FS, STEP_DEVMODE, STEP_RESTART
+    from ..vllm_api import ResetOutcome
 
     outcome = RunOutcome()
     units = [(plan, port) for plan in plans if plan.has(STEP_API_RESET) for port in plan.pod.ports]
     results = parallel(units, lambda u: reset_port(ctx.caller, u[0], u[1], busy_timeout), max_workers)
     for (plan, port), port_results in zip(units, results, strict=True):
         outcome.resets[(plan.pod.namespace, plan.pod.name, port.port)] = port_results
+    if fallback in ("devmode", "restart"):
+        # dev mode the spec did not show: the 404 decided it, so the allowed fallback applies now
+        off = {(p.pod.namespace, p.pod.owner): fallback for p in plans
+               if any(isinstance(r, list) and r and r[0].outcome is ResetOutcome.DEV_MODE_OFF
+                      for (ns, name, _), r in outcome.resets.items() if (ns, name) == (p.pod.namespace, p.pod.name))}
+        promote(plans, off)
 
     fs_pods = [plan.pod for plan in plans if plan.has(STEP_CLEAR_FS)]
     if fs_pods and not INTERRUPTED.is_set():
@@ -226,6 +253,10 @@ def run_plans(ctx: Any, plans: list[PodPlan], *, busy_timeout: float, rollout_ti
 
         for dm in run_phased(devmode_owners, enable, skip, ok=lambda r: bool(r.ok)):
             outcome.owners[(dm.namespace, dm.owner)] = dm
+            if dm.result == "enabled":
+                info(f"warning: dev mode is now on for {dm.owner.ref()}: vLLM's dev routes (cache resets, sleep, "
+                     "collective_rpc, weight updates) are unauthenticated; turn it off when done with "
+                     f"'kubectl kvreset devmode --disable {dm.owner.ref()} -n {dm.namespace}'")
     restart_owners_ = _owners(plans, STEP_RESTART) if not INTERRUPTED.is_set() else []
     if restart_owners_:
         from ..rollout import restart_owners
@@ -275,7 +306,7 @@ def tier_label(tier: Any) -> str:
     return str(kind)
 
 
-def plan_rows(plans: list[PodPlan], scope: str | None) -> Any:
+def plan_rows(plans: list[PodPlan], scope: str | None, fallback: str | None = None) -> Any:
     """The plan as a report: one ``PlannedReset`` row per pod (steps, tiers each empties,
     tiers left with the flag that would empty them)."""
     from urllib.parse import urlencode
@@ -294,6 +325,9 @@ def plan_rows(plans: list[PodPlan], scope: str | None) -> Any:
             if step.action == "api-reset":
                 q = "?" + urlencode(plan.query) if plan.query else ""
                 steps += [f"POST {plan.routes[0]}{q}"] + [f"POST {r}" for r in plan.routes[1:]]
+                if fallback in ("devmode", "restart") and dev_mode_on(plan.pod) is None:
+                    verb = "restart" if fallback == "restart" else "devmode --enable"
+                    steps.append(f"if vLLM answers 404 (dev mode off): {verb} {plan.pod.owner.ref()}")
             elif step.action == "clear-fs":
                 steps.append("clear-fs " + ",".join(t.root_dir or "" for t in step.empties))
             elif step.action == "restart":

@@ -121,10 +121,21 @@ def test_clear_without_targets_is_a_usage_error(sim) -> None:
     assert done.returncode == 2 and "--all" in done.stderr
 
 
-def test_dev_mode_off_in_the_spec_without_fallback(sim) -> None:
+def test_dev_mode_unset_in_the_spec_is_asked_of_vllm(sim) -> None:
+    """Unset in the spec (the image or a webhook may set it): the reset is sent and the 404 decides."""
     cluster = sim([fixture_file("01")], namespace=NS, dev_mode="off", vllm_version="0.26.0")
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
     assert code == 1
     assert {r["result"] for r in rows} == {"dev mode off"} and len(rows) == 8
-    assert all("--fallback=devmode" in r["message"] and r["gpu"] == "left" for r in rows)
-    assert all(st["reset_calls"] == 0 and st["prefix_cache_blocks"] > 0 for _, _, st in vllm_ports(cluster))
+    assert all("--fallback=devmode" in r["message"] and r["gpu"] == "not emptied" for r in rows)
+    assert all(st["prefix_cache_blocks"] > 0 for _, _, st in vllm_ports(cluster))
+    assert cluster.state()["api_requests"].get("create pods/proxy") == 8  # one reset sent per pod, answered 404
+
+
+def test_dev_mode_on_through_the_image_is_found_by_asking(sim) -> None:
+    scenario = {"pods": [{"dev_mode": "on"}]}  # the spec has no VLLM_SERVER_DEV_MODE; the server has it on
+    cluster = sim([fixture_file("01")], namespace=NS, dev_mode="off", vllm_version="0.26.0", scenario=scenario)
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--fallback=restart")
+    assert code == 0, (err, rows)
+    assert {r["result"] for r in rows} == {"emptied"} and all(r["steps"] == ["api-reset"] for r in rows)
+    assert all(st["prefix_cache_blocks"] == 0 for _, _, st in vllm_ports(cluster))

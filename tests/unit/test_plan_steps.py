@@ -86,3 +86,21 @@ def test_lmcache_remote_store_is_left_with_no_flag() -> None:
 def test_unknown_fallback_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown fallback"):
         steps(NIXL, "0.26.0", fallback="reboot")
+
+
+def test_dev_mode_as_the_spec_tells_it() -> None:
+    from types import SimpleNamespace
+
+    from kubectl_kvreset.cli.clear import dev_mode_on
+    from kubectl_kvreset.discovery import read_dev_mode
+
+    def pod(env: list[dict], script_env: dict | None = None) -> SimpleNamespace:
+        return SimpleNamespace(dev_mode=read_dev_mode({"env": env}), serve=SimpleNamespace(env=script_env or {}))
+
+    assert dev_mode_on(pod([{"name": "VLLM_SERVER_DEV_MODE", "value": "1"}])) is True
+    assert dev_mode_on(pod([{"name": "VLLM_SERVER_DEV_MODE", "value": "0"}])) is False
+    assert dev_mode_on(pod([{"name": "VLLM_SERVER_DEV_MODE", "value": "true"}])) is False  # crash loop
+    assert dev_mode_on(pod([])) is None  # unset: the image may set it; the API answer decides
+    assert dev_mode_on(pod([], {"VLLM_SERVER_DEV_MODE": "1"})) is True  # set by the container's script
+    ref = {"name": "VLLM_SERVER_DEV_MODE", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}
+    assert dev_mode_on(pod([ref])) is None
