@@ -32,8 +32,10 @@ import yaml
 
 #: kubectl's default ``--request-timeout`` is 0 (unbounded); this tool bounds every request.
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
-#: How many times one API request is sent again (429, lost connections, server errors).
+#: How many times one API request is sent again after a 429 or a server error.
 MAX_RETRIES = 5
+#: How many times an idempotent request is sent again after a lost or refused connection.
+CONNECTION_RETRIES = 2
 
 _PATH_KEYS = {
     "clusters": ("certificate-authority",),
@@ -446,7 +448,7 @@ class Kube:
                 answer = self._send(method, path, query=query, body=body, content_type=content_type,
                                     accept=accept, timeout_s=timeout_s)
             except KubeConnectionError:
-                if not retry_errors or attempt >= MAX_RETRIES:
+                if not retry_errors or attempt >= CONNECTION_RETRIES:
                     raise
                 attempt += 1
                 self._count_retry()
@@ -498,8 +500,12 @@ class Kube:
             self.requests_made += 1
         try:
             r = pool.request(method, url, body=body, headers=headers, timeout=timeout, retries=False, preload_content=True)
+        except urllib3.exceptions.NewConnectionError as exc:
+            # a subclass of ConnectTimeoutError in urllib3 2.x: a refused connection is not a timeout
+            raise KubeConnectionError(f"cannot reach the API server at {self.host}: {_short(exc)}") from exc
         except urllib3.exceptions.TimeoutError as exc:
-            raise KubeConnectionError(f"{method} {path}: no answer within {bound:g} s (--request-timeout)") from exc
+            limit = f"{bound:g} s (--request-timeout)" if bound else "30 s (connect)"
+            raise KubeConnectionError(f"{method} {path}: no answer from {self.host} within {limit}") from exc
         except urllib3.exceptions.HTTPError as exc:
             raise KubeConnectionError(f"cannot reach the API server at {self.host}: {_short(exc)}") from exc
         hdrs = {k.lower(): v for k, v in r.headers.items()}
@@ -632,8 +638,10 @@ def resource_path(group_version: str, plural: str, namespace: str | None) -> str
 
 def _short(exc: BaseException) -> str:
     text = str(exc)
-    if "Connection refused" in text:
+    if "Connection refused" in text or "Errno 111" in text:
         return "connection refused"
+    if "Name or service not known" in text or "nodename nor servname" in text:
+        return "no such host"
     if "CERTIFICATE_VERIFY_FAILED" in text:
         return "TLS certificate verification failed (check certificate-authority or --insecure-skip-tls-verify)"
     return text.split(": ", 1)[-1][:200]

@@ -69,7 +69,7 @@ def test_lost_connection_retried_for_get_bounded() -> None:
     k = Scripted([KubeConnectionError("reset")] * 10)
     with pytest.raises(KubeConnectionError):
         k.request("GET", "/api/v1/pods")
-    assert len(k.sent) == kube_mod.MAX_RETRIES + 1
+    assert len(k.sent) == kube_mod.CONNECTION_RETRIES + 1
     k = Scripted([KubeConnectionError("reset"), OK])
     with pytest.raises(KubeConnectionError):
         k.request("POST", "/api/v1/x", body=b"{}")
