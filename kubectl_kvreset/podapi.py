@@ -104,26 +104,36 @@ class Transports:
 
     ``auto`` tries the pod proxy, then exec, then port-forward, moving on after a 403 and after
     an answer saying the API server cannot reach the pod (502/503 ``i/o timeout``, ``no route
-    to host``); a transport refused with 403 once is skipped for the rest of the run.
-    Thread-safe.
+    to host``). A refusal is remembered for the rest of the run per namespace, transport and
+    verb (RBAC is per namespace, and the pod proxy's ``get`` and ``create`` are separate
+    rights), so later calls skip it. Thread-safe.
     """
 
     def __init__(self, choice: str = "auto") -> None:
         self.order: tuple[Transport, ...] = (
             (Transport.PROXY, Transport.EXEC, Transport.PORT_FORWARD) if choice == "auto" else (Transport(choice),)
         )
-        self.forbidden: set[Transport] = set()
+        self.forbidden: set[tuple[str, Transport, str]] = set()
         self._lock = threading.Lock()
 
-    def usable(self) -> list[Transport]:
-        """Transports not yet refused, in order."""
-        with self._lock:
-            return [t for t in self.order if t not in self.forbidden]
+    @staticmethod
+    def _key(namespace: str, transport: Transport, method: str) -> tuple[str, Transport, str]:
+        verb = ("get" if method in ("GET", "HEAD") else "create") if transport is Transport.PROXY else "upgrade"
+        return namespace, transport, verb
 
-    def refuse(self, transport: Transport) -> None:
-        """Remember that the API server refused ``transport`` (403)."""
+    def usable(self, namespace: str = "", method: str = "GET") -> list[Transport]:
+        """Transports not yet refused for this namespace and method, in order."""
         with self._lock:
-            self.forbidden.add(transport)
+            return [t for t in self.order if self._key(namespace, t, method) not in self.forbidden]
+
+    def refuse(self, transport: Transport, namespace: str = "", method: str = "GET") -> None:
+        """Remember that the API server refused ``transport`` (403) for this namespace and method."""
+        with self._lock:
+            self.forbidden.add(self._key(namespace, transport, method))
+
+    def all_refused(self, namespace: str, method: str) -> bool:
+        """True when every transport was refused for this namespace and method."""
+        return not self.usable(namespace, method)
 
 
 def _call_one(kube: Kube, ref: PodRef, port: int, method: str, path: str, query: Sequence[tuple[str, str]],
@@ -207,7 +217,7 @@ def call(kube: Kube, namespace: str, pod: str, port: int, method: str, path: str
     chooser = transports or Transports("proxy")
     ref = PodRef(namespace, pod, container)
     last: CallFailure = CallFailure("forbidden", "no transport allowed")
-    usable = chooser.usable()
+    usable = chooser.usable(namespace, method)
     if not usable:
         return _all_forbidden(chooser, method)
     for transport in usable:
@@ -218,12 +228,12 @@ def call(kube: Kube, namespace: str, pod: str, port: int, method: str, path: str
             return got
         last = got
         if got.kind == "forbidden":
-            chooser.refuse(transport)
+            chooser.refuse(transport, namespace, method)
             continue
         if got.kind in ("unreachable", "no-python", "exec-failed"):
             continue
         return got
-    if all(t in chooser.forbidden for t in chooser.order):
+    if chooser.all_refused(namespace, method):
         return _all_forbidden(chooser, method)
     return last
 

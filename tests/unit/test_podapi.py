@@ -79,7 +79,15 @@ def test_forbidden_proxy_falls_through_to_exec_and_is_remembered() -> None:
     assert reset(c, REF, 8000, "/reset_prefix_cache", []).outcome is ResetOutcome.CLEARED
     assert reset(c, REF, 8001, "/reset_prefix_cache", []).outcome is ResetOutcome.CLEARED
     assert kube.calls == ["proxy", "exec", "exec"]
-    assert c.transports.forbidden == {Transport.PROXY}
+    assert c.transports.forbidden == {("ns", Transport.PROXY, "create")}
+
+
+def test_a_refusal_is_remembered_per_namespace_and_verb() -> None:
+    t = Transports("auto")
+    t.refuse(Transport.PROXY, "team-a", "POST")
+    assert t.usable("team-a", "POST") == [Transport.EXEC, Transport.PORT_FORWARD]
+    assert t.usable("team-a", "GET")[0] is Transport.PROXY  # get on pods/proxy is another right
+    assert t.usable("team-b", "POST")[0] is Transport.PROXY  # RBAC is per namespace
 
 
 def test_unreachable_pod_network_moves_to_port_forward() -> None:
