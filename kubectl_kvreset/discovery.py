@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .kube import KubeApiError
 from .servecmd import ServeCommandError, ServeConfig, parse_container
 from .tiers import KVLayout, layout_from_serve
 
@@ -453,12 +454,24 @@ def discover(kube: Any, namespace: str | None, *, selector: str | None = None) -
             found.append((pod, described))
     rs_namespaces = sorted({d.namespace for _, d in found if d.owner.kind == "ReplicaSet"})
     rs_owners_by_ns: dict[str, dict[str, Owner]] = {}
+    inferred: set[str] = set()
     for ns in rs_namespaces:
-        rs_owners_by_ns[ns] = replicaset_owners(kube.list_items("apps/v1", "replicasets", ns))
+        try:
+            rs_owners_by_ns[ns] = replicaset_owners(kube.list_items("apps/v1", "replicasets", ns))
+        except KubeApiError as exc:
+            if exc.status != 403:
+                raise
+            inferred.add(ns)  # no right to list ReplicaSets: read the Deployment from the names
     result: list[VllmPod] = []
     for pod, described in found:
         if described.owner.kind == "ReplicaSet":
-            described = _with_owner(described, pod_owner(pod, rs_owners_by_ns.get(described.namespace)))
+            if described.namespace in inferred:
+                owner = deployment_from_replicaset_name(described.owner.name, described.labels)
+                if owner is not None:
+                    described = replace(described, owner=owner, notes=described.notes + (
+                        "owner read from the ReplicaSet's name (no permission to list replicasets)",))
+            else:
+                described = replace(described, owner=pod_owner(pod, rs_owners_by_ns.get(described.namespace)))
         result.append(described)
     result.sort(key=lambda p: (p.namespace, p.owner.kind, p.owner.name, p.name))
     return result
@@ -475,7 +488,12 @@ def replicaset_owners(replicasets: Iterable[Mapping[str, Any]]) -> dict[str, Own
     return out
 
 
-def _with_owner(pod: VllmPod, owner: Owner) -> VllmPod:
-    from dataclasses import replace
-
-    return replace(pod, owner=owner)
+def deployment_from_replicaset_name(rs_name: str, labels: Mapping[str, str]) -> Owner | None:
+    """The Deployment owning a ReplicaSet, read from names alone: the Deployment controller
+    names a ReplicaSet ``<deployment>-<pod-template-hash>`` and labels its pods with that hash
+    (``k8s.io/kubernetes/pkg/controller/deployment/sync.go``). None when the name does not
+    have that shape (a bare ReplicaSet)."""
+    template_hash = labels.get("pod-template-hash")
+    if template_hash and rs_name.endswith("-" + template_hash):
+        return Owner("Deployment", rs_name[: -len(template_hash) - 1])
+    return None

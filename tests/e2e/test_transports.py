@@ -73,3 +73,15 @@ def test_listing_forbidden_is_a_clear_error(sim) -> None:
     done = cluster.run("detect", "-n", NS, "--context", "sim-bob")
     assert done.returncode == 1
     assert 'User "bob" cannot list resource "pods"' in done.stderr and "Traceback" not in done.stderr
+
+
+def test_without_replicaset_rights_owners_are_read_from_names(sim) -> None:
+    rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}, PROXY]
+    scenario = scenario_for()
+    scenario["rbac"][0]["rules"] = rules
+    cluster = sim([fixture_file("02")], namespace=NS, dev_mode="on", vllm_version="0.26.0", scenario=scenario)
+    code, rows, err = cluster.run_json("detect", "-n", NS, "--context", "sim-alice")
+    assert code == 0, err
+    assert {r["owner"] for r in rows} == {"deployment/pd-disaggregation-nvidia-gpu-vllm-decode",
+                                          "deployment/pd-disaggregation-nvidia-gpu-vllm-prefill"}
+    assert all(any("no permission to list replicasets" in n for n in r["notes"]) for r in rows)
