@@ -247,7 +247,10 @@ def apply_overrides(cfg: dict[str, Any], flags: KubeFlags) -> tuple[dict[str, An
     cluster = dict((_find(cfg, "clusters", cluster_name) or {}).get("cluster") or {}) if cluster_name else {}
     if cluster_name and not cluster and not flags.server:
         raise KubeConfigError(f'cluster "{cluster_name}" does not exist in the kubeconfig')
-    user = dict((_find(cfg, "users", user_name) or {}).get("user") or {}) if user_name else {}
+    found_user = _find(cfg, "users", user_name) if user_name else None
+    if flags.user and found_user is None:
+        raise KubeConfigError(f'auth info "{flags.user}" does not exist in the kubeconfig (see kubectl config view)')
+    user = dict((found_user or {}).get("user") or {})
     if flags.server:
         cluster["server"] = flags.server
     if flags.certificate_authority:

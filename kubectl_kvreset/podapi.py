@@ -349,9 +349,10 @@ def reset(caller: PodCaller, ref: PodRef, port: int, route: str, query: Sequence
         answer = read_reset_answer(got.status, got.body, got.headers)
         if answer.outcome is ResetOutcome.BUSY:
             busy += 1
-            if clock() - start + delay > busy_timeout_s:
+            remaining = busy_timeout_s - (clock() - start)
+            if remaining <= 0:
                 return ResetResult(route, answer, None, calls, busy, clock() - start)
-            sleep(delay)
+            sleep(min(delay, remaining))  # the last try lands at the deadline
             delay = min(delay * 2, 2.0)
             continue
         if answer.retryable:

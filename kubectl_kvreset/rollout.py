@@ -628,13 +628,13 @@ def run_phased(owners: Sequence[Triple], act: Callable[[str, Owner, str | None],
     that did not end ``ok`` is not acted on: ``skipped(ns, owner, role, reason)`` gives its
     result. Results come back in phase order."""
     results: list[Any] = []
-    failed_prefill: dict[str, list[Owner]] = {}
+    failed_prefill: dict[str, list[str]] = {}
     for phase in role_phases(owners):
         todo: list[Triple] = []
         for ns, owner, role in phase:
             if (role or "").lower() == "decode" and failed_prefill.get(ns):
-                names = ", ".join(o.ref() for o in failed_prefill[ns])
-                results.append(skipped(ns, owner, role, f"not restarted: prefill {names} did not come back ready, and "
+                names = ", ".join(failed_prefill[ns])
+                results.append(skipped(ns, owner, role, f"not acted on: prefill {names} did not end ready, and "
                                        "decode is restarted only once prefill is ready (stale NIXL state: vLLM #49238, "
                                        "llm-d #2187)"))
             else:
@@ -645,7 +645,7 @@ def run_phased(owners: Sequence[Triple], act: Callable[[str, Owner, str | None],
             done = list(pool.map(lambda t: act(*t), todo))
         for (ns, owner, role), res in zip(todo, done, strict=True):
             if (role or "").lower() == "prefill" and not ok(res):
-                failed_prefill.setdefault(ns, []).append(owner)
+                failed_prefill.setdefault(ns, []).append(f"{owner.ref()} ({getattr(res, 'result', 'failed')})")
             results.append(res)
     return results
 

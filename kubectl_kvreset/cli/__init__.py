@@ -29,9 +29,11 @@ class LazyGroup(click.Group):
     pattern), listed in the order of :data:`COMMANDS`."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
+        """The sub-command names, in :data:`COMMANDS` order."""
         return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """Import the sub-command's module on first use; None for an unknown name."""
         if cmd_name not in COMMANDS:
             return None
         module = importlib.import_module(f"{__name__}.{COMMANDS[cmd_name][0]}")
@@ -39,6 +41,7 @@ class LazyGroup(click.Group):
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List the sub-commands with their short help without importing them."""
         rows = [(name, short) for name, (_, short) in COMMANDS.items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)

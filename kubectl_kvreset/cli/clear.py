@@ -73,7 +73,7 @@ def command(**params: Any) -> None:
     busy_timeout = parse_duration(params["busy_timeout"], default=30.0) or 0.0
     rollout_timeout = parse_duration(params["timeout"], default=300.0) or 0.0
     ctx = complete(params, default_all=False)
-    exit_if_empty(ctx, required=True)
+    exit_if_empty(ctx, required=True, output=params["output"])
     pods = ctx.pods
 
     def probe(pod: Any) -> Any:
@@ -238,7 +238,7 @@ def run_plans(ctx: Any, plans: list[PodPlan], *, busy_timeout: float, rollout_ti
                 outcome.fs.setdefault((target.namespace, name), []).append(fs_result)
             if getattr(target, "other_pods", None):
                 info(f"warning: {fs_volume_label(target)} is also mounted by pods outside the targets "
-                     f"({', '.join(target.other_pods)}): their FS tier was emptied too")
+                     f"({', '.join(target.other_pods)}): files they share under {target.root} were deleted too")
 
     progress = info if sys.stderr.isatty() else None
     devmode_owners = _owners(plans, STEP_DEVMODE) if not INTERRUPTED.is_set() else []
@@ -526,8 +526,9 @@ def describe_reset_failure(pod: Any, first: Any) -> tuple[str, str]:
                   "refused": "unreachable", "interrupted": "interrupted"}.get(first.failure.kind, "failed")
         return result, first.failure.message
     if first.outcome is ResetOutcome.BUSY:
-        return "busy", (f"vLLM kept answering success:false for {first.elapsed_s:.0f}s (blocks held by running "
-                        "requests or transfers): retry later, or use --preempt-running")
+        return "busy", (f"vLLM kept answering success:false for {first.elapsed_s:.1f}s ({first.busy_answers} answers; "
+                        "blocks held by running requests or transfers): retry later, raise --busy-timeout, "
+                        "or use --preempt-running")
     if first.outcome is ResetOutcome.DEV_MODE_OFF:
         return "dev mode off", dev_mode_hint(pod)
     return "failed", first.answer.detail if first.answer else "no answer"

@@ -69,7 +69,7 @@ def command(**params: Any) -> None:
 
     timeout = parse_duration(params["exec_timeout"], default=120.0) or 120.0
     ctx = complete(params, default_all=False)
-    exit_if_empty(ctx, required=True)
+    exit_if_empty(ctx, required=True, output=params["output"])
     others = other_pod_objects(ctx.kube, sorted({p.namespace for p in ctx.pods}))
     targets = plan_fs_clear(ctx.pods, ctx.universe, model_only=params["model_only"], other_pod_objects=others)
     for target in targets:

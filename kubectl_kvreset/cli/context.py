@@ -64,11 +64,8 @@ def complete(params: dict[str, Any], *, default_all: bool) -> RunContext:
     if targets.selector and targets.owners:
         pods = [p for p in pods if p in universe]
     for mine, other in missing_pair_roles(pods, universe if not targets.selector else discover(kube, scope)):
-        info(f"note: {mine.ref()} is one role of a prefill/decode pair; {other.ref()} is not targeted "
-             f"(add it, or use --all, to clear both roles)")
-    if not pods and not universe:
-        where = "any namespace" if scope is None else f"namespace {scope!r}"
-        info(f"No vLLM server pods found in {where}.")
+        info(f"note: {mine.ref()} is one role of a prefill/decode pair; its other role, {other.ref()}, "
+             "is not targeted")
     from ..podapi import PodCaller, Transports
     from .options import INTERRUPTED
 
@@ -76,7 +73,17 @@ def complete(params: dict[str, Any], *, default_all: bool) -> RunContext:
     return RunContext(kube, scope, universe, pods, caller)
 
 
-def exit_if_empty(ctx: RunContext, *, required: bool) -> None:
-    """Exit 1 when a command that must act found nothing to act on."""
+def nothing_found(ctx: RunContext) -> str:
+    """The message for a table with no rows: ``No vLLM server pods found in namespace 'x'.``"""
+    where = "any namespace" if ctx.scope is None else f"namespace {ctx.scope!r}"
+    return f"No vLLM server pods found in {where}."
+
+
+def exit_if_empty(ctx: RunContext, *, required: bool, output: str = "table") -> None:
+    """Exit 1 when a command that must act found nothing to act on (``[]`` on stdout first for
+    json/yaml, so scripts still read a list)."""
     if required and not ctx.pods:
-        fail("no vLLM server pods to act on", ExitCode.FAILED)
+        if output in ("json", "yaml"):
+            click.echo("[]")
+        where = "any namespace" if ctx.scope is None else f"namespace {ctx.scope!r}"
+        fail(f"no vLLM server pods to act on in {where}", ExitCode.FAILED)

@@ -46,7 +46,7 @@ def command(**params: Any) -> None:
     """
     from ..podapi import CallFailure, probe_version
     from ..report import Column, ExitCode, Report
-    from .context import complete
+    from .context import complete, nothing_found
 
     ctx = complete(params, default_all=True)
     columns = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("OWNER", "owner"),
@@ -100,4 +100,4 @@ def command(**params: Any) -> None:
             "argv": list(pod.serve.argv),
             "notes": notes,
         }, code)
-    emit(report, params["output"], empty_message="No vLLM server pods found.")
+    emit(report, params["output"], empty_message=nothing_found(ctx))

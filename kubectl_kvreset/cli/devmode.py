@@ -27,8 +27,8 @@ from .options import EXIT_CODES_HELP, emit, handle_errors, info, kube_flags, out
     ),
 )
 @target_options
-@click.option("--enable", "mode", flag_value="enable", help='Set VLLM_SERVER_DEV_MODE="1" (pods are replaced).')
-@click.option("--disable", "mode", flag_value="disable", help="Remove VLLM_SERVER_DEV_MODE (pods are replaced).")
+@click.option("--enable", is_flag=True, help='Set VLLM_SERVER_DEV_MODE="1" (pods are replaced).')
+@click.option("--disable", is_flag=True, help="Remove VLLM_SERVER_DEV_MODE (pods are replaced).")
 @click.option("--ignore-owner", is_flag=True,
               help="Patch even when a controller or GitOps tool manages the owner (it may revert the patch).")
 @click.option("--timeout", default="300s", show_default=True, metavar="DURATION",
@@ -46,9 +46,11 @@ def command(**params: Any) -> None:
     from ..kube import parse_duration
     from ..report import Column, ExitCode, Report
     from ..rollout import DevModeResult, read_dev_mode, run_phased, set_dev_mode
-    from .context import complete, exit_if_empty
+    from .context import complete, exit_if_empty, nothing_found
 
-    mode = params.get("mode")
+    if params["enable"] and params["disable"]:
+        raise click.UsageError("--enable and --disable cannot be given together")
+    mode = "enable" if params["enable"] else "disable" if params["disable"] else None
     timeout_s = parse_duration(params["timeout"], default=300.0) or 300.0
     ctx = complete(params, default_all=mode is None)
     owners = _owners(ctx.pods)
@@ -66,10 +68,10 @@ def command(**params: Any) -> None:
             report.add(res.row(), ExitCode.OK if res.ok else ExitCode.FAILED)
             if res.message and params["output"] == "table":
                 info(f"{'warning' if res.ok else 'error'}: {ns}/{owner.ref()}: {res.message}")
-        emit(report, params["output"], empty_message="No vLLM server pods found.")
+        emit(report, params["output"], empty_message=nothing_found(ctx))
         return
 
-    exit_if_empty(ctx, required=True)
+    exit_if_empty(ctx, required=True, output=params["output"])
     enable = mode == "enable"
     if sys.stdin.isatty() and not params["yes"]:
         verb = 'set VLLM_SERVER_DEV_MODE="1" on' if enable else "remove VLLM_SERVER_DEV_MODE from"

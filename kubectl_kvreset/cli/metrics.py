@@ -49,7 +49,7 @@ def command(**params: Any) -> None:
     from ..podapi import fetch_metrics
     from ..report import Column, ExitCode, Report
     from ..vllm_api import MetricsParseError, parse_metrics
-    from .context import complete
+    from .context import complete, nothing_found
 
     ctx = complete(params, default_all=True)
     cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORT", "port"),
@@ -65,7 +65,9 @@ def command(**params: Any) -> None:
     scraped = parallel(units, lambda u: fetch_metrics(ctx.caller, ctx.ref(u[0]), u[1].port, scheme=u[1].scheme),
                        params["max_concurrency"])
     for (pod, port), got in zip(units, scraped, strict=True):
-        base = {"namespace": pod.namespace, "pod": pod.name, "port": port.port, "role": pod.role}
+        base = {"namespace": pod.namespace, "pod": pod.name, "port": port.port, "role": pod.role,
+                **dict.fromkeys(("engine", "model", "usage", "usage_metric", "cpu_offload_usage", "prefix_hits",
+                                 "prefix_queries", "external_hits", "external_queries", "error"))}
         engines = []
         if isinstance(got, NotRun):
             report.add({**base, "engine": None, "error": "not read: interrupted"}, ExitCode.INTERRUPTED)
@@ -87,4 +89,4 @@ def command(**params: Any) -> None:
                         "prefix_hits": e.prefix_hits, "prefix_queries": e.prefix_queries,
                         "external_hits": e.external_hits, "external_queries": e.external_queries,
                         "error": None})
-    emit(report, params["output"], empty_message="No vLLM server pods found.")
+    emit(report, params["output"], empty_message=nothing_found(ctx))

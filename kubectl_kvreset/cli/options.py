@@ -130,6 +130,8 @@ def handle_errors(fn: F) -> F:
         except TargetError as exc:
             fail(str(exc), ExitCode.FAILED)
         except KubeApiError as exc:
+            if exc.status == 400 and "selector" in exc.message.lower():
+                fail(f"{exc.message} (check -l/--selector)", ExitCode.USAGE)
             hint = ""
             if exc.status == 403:
                 hint = " (ask for the RBAC permission named above; see the README's Role)"

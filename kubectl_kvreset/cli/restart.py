@@ -47,7 +47,7 @@ def command(**params: Any) -> None:
 
     timeout_s = parse_duration(params["timeout"], default=300.0) or 300.0
     ctx = complete(params, default_all=False)
-    exit_if_empty(ctx, required=True)
+    exit_if_empty(ctx, required=True, output=params["output"])
     owners: list[tuple[str, Any, str | None]] = []
     for pod in ctx.pods:
         if not any(ns == pod.namespace and o == pod.owner for ns, o, _ in owners):

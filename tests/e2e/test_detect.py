@@ -93,7 +93,7 @@ def test_table_output_and_other_role_note(sim) -> None:
     assert done.returncode == 0, done.stderr
     header = done.stdout.splitlines()[0].split()
     assert header[:3] == ["POD", "OWNER", "ROLE"]
-    assert "deployment/pd-disaggregation-nvidia-gpu-vllm-prefill is not targeted" in done.stderr
+    assert "its other role, deployment/pd-disaggregation-nvidia-gpu-vllm-prefill, is not targeted" in done.stderr
 
 
 def test_unknown_owner_names_it(sim) -> None:

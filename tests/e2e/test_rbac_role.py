@@ -111,15 +111,14 @@ def test_full_role_leaderworkersets(lws: SimCluster) -> None:
 # (index of the rule in the Role, fixture, command, words the failure must name)
 NEEDED: list[tuple[int, str, list[str], list[str]]] = [
     (0, "deployments", ["detect"], ['cannot list resource "pods"']),
-    (1, "deployments", ["detect"], ['cannot list resource "replicasets"']),
-    (2, "deployments", ["metrics", "--transport", "proxy"], ["pods/proxy"]),
-    (3, "deployments", ["clear", "--all", "--yes", "--transport", "proxy"], ["create", "pods/proxy"]),
-    (4, "deployments", ["clear-fs", "--all"], ["pods/exec"]),
-    (5, "deployments", ["clear", "--all", "--yes", "--transport", "port-forward"], ["pods/portforward"]),
-    (6, "deployments", ["devmode"], ['cannot get resource "deployments"']),
-    (7, "deployments", ["restart", "--all", "--yes"], ['cannot patch resource "deployments"']),
-    (8, "lws", ["devmode"], ['cannot get resource "leaderworkersets"']),
-    (9, "lws", ["restart", "--all", "--yes"], ['cannot patch resource "leaderworkersets"']),
+    (1, "deployments", ["metrics", "--transport", "proxy"], ["pods/proxy"]),
+    (2, "deployments", ["clear", "--all", "--yes", "--transport", "proxy"], ["create", "pods/proxy"]),
+    (3, "deployments", ["clear-fs", "--all"], ["pods/exec"]),
+    (4, "deployments", ["clear", "--all", "--yes", "--transport", "port-forward"], ["pods/portforward"]),
+    (5, "deployments", ["devmode"], ['cannot get resource "deployments"']),
+    (6, "deployments", ["restart", "--all", "--yes"], ['cannot patch resource "deployments"']),
+    (7, "lws", ["devmode"], ['cannot get resource "leaderworkersets"']),
+    (8, "lws", ["restart", "--all", "--yes"], ['cannot patch resource "leaderworkersets"']),
 ]
 
 
