@@ -11,6 +11,7 @@ import click
 from .options import (
     EXIT_CODES_HELP,
     INTERRUPTED,
+    NOT_RUN,
     NotRun,
     concurrency_option,
     emit,
@@ -214,10 +215,18 @@ def run_plans(ctx: Any, plans: list[PodPlan], *, busy_timeout: float, rollout_ti
     from ..vllm_api import ResetOutcome
 
     outcome = RunOutcome()
-    units = [(plan, port) for plan in plans if plan.has(STEP_API_RESET) for port in plan.pod.ports]
-    results = parallel(units, lambda u: reset_port(ctx.caller, u[0], u[1], busy_timeout), max_workers)
-    for (plan, port), port_results in zip(units, results, strict=True):
-        outcome.resets[(plan.pod.namespace, plan.pod.name, port.port)] = port_results
+    # every route of every port at once: the caches are independent, and a route the version
+    # lacks is not called (the plan's routes follow the version)
+    units = [(plan, port, route) for plan in plans if plan.has(STEP_API_RESET) for port in plan.pod.ports
+             for route in plan.routes]
+    results = parallel(units, lambda u: reset_route(ctx.caller, u[0], u[1], u[2], busy_timeout), max_workers)
+    by_port: dict[tuple[str, str, int], list[Any]] = {}
+    for (plan, port, _route), result in zip(units, results, strict=True):
+        by_port.setdefault((plan.pod.namespace, plan.pod.name, port.port), []).append(result)
+    for key, port_results in by_port.items():
+        # the prefix-cache reset comes first; after Ctrl-C an extra route that did not run is dropped
+        outcome.resets[key] = (NOT_RUN if isinstance(port_results[0], NotRun)
+                               else [r for r in port_results if not isinstance(r, NotRun)])
     if fallback in ("devmode", "restart"):
         # dev mode the spec did not show: the 404 decided it, so the allowed fallback applies now
         off = {(p.pod.namespace, p.pod.owner): fallback for p in plans
@@ -345,19 +354,14 @@ def plan_rows(plans: list[PodPlan], scope: str | None, fallback: str | None = No
     return report
 
 
-def reset_port(caller: Any, plan: PodPlan, port: Any, busy_timeout: float) -> list[Any]:
-    """Call every reset route of the plan on one port; the prefix-cache reset first, the
-    others only once it was accepted. Returns the :class:`~kubectl_kvreset.podapi.ResetResult` list."""
+def reset_route(caller: Any, plan: PodPlan, port: Any, route: str, busy_timeout: float) -> Any:
+    """Call one reset route of the plan on one port (the prefix-cache reset with the plan's
+    query); returns its :class:`~kubectl_kvreset.podapi.ResetResult`."""
     from ..podapi import PodRef, reset
-    from ..vllm_api import ResetOutcome
 
     ref = PodRef(plan.pod.namespace, plan.pod.name, plan.pod.container)
-    first = reset(caller, ref, port.port, plan.routes[0], plan.query, scheme=port.scheme, busy_timeout_s=busy_timeout)
-    results = [first]
-    if first.outcome in (ResetOutcome.CLEARED, ResetOutcome.UNCONFIRMED):
-        for route in plan.routes[1:]:
-            results.append(reset(caller, ref, port.port, route, (), scheme=port.scheme, busy_timeout_s=busy_timeout))
-    return results
+    query = plan.query if route == plan.routes[0] else ()
+    return reset(caller, ref, port.port, route, query, scheme=port.scheme, busy_timeout_s=busy_timeout)
 
 
 def result_columns(scope: str | None) -> list[Any]:
@@ -447,7 +451,7 @@ def result_row(plan: PodPlan, port: Any, outcome: RunOutcome) -> tuple[dict[str,
                 reset_state = "not emptied"
                 failure_result, reset_text = describe_reset_failure(pod, first)
                 messages.append(reset_text)
-            for extra in resets[1:]:
+            for extra in resets[1:] if reset_state in ("emptied", "unconfirmed") else []:
                 if extra.outcome not in (ResetOutcome.CLEARED, ResetOutcome.UNCONFIRMED):
                     messages.append(f"{extra.route}: {extra.answer.detail if extra.answer else extra.failure.message}")
                     failure_result = failure_result or "failed"

@@ -74,7 +74,7 @@ def target_options(fn: F) -> F:
 
 def concurrency_option(fn: F) -> F:
     """``--max-concurrency``: how many pods are worked on at once."""
-    return click.option("--max-concurrency", type=click.IntRange(1, 512), default=32, show_default=True,
+    return click.option("--max-concurrency", type=click.IntRange(1, 512), default=64, show_default=True,
                         help="Calls in flight at once.")(fn)
 
 
