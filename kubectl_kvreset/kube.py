@@ -728,28 +728,53 @@ class _Channels:
 
     def __init__(self, kube: Kube, path: str, query: Sequence[tuple[str, str]], timeout_s: float | None,
                  protocols: Sequence[str]) -> None:
+        """Open the stream. The upgrade follows :meth:`Kube.request`'s rules for what was not
+        processed: a 429 is retried after ``Retry-After`` (up to :data:`MAX_RETRIES` times), a
+        401 rebuilds the credentials once.
+
+        Raises:
+            KubeApiError: the upgrade was refused (403, 404, 400, or 429/401 after the retries).
+            KubeConnectionError: the API server could not be reached.
+        """
+        import time
+
         import websocket
 
         url = "wss" + kube.host[len("https"):] if kube.host.startswith("https") else "ws" + kube.host[len("http"):]
         url += path + ("?" + urlencode(list(query)) if query else "")
-        headers: dict[str, str] = {}
-        kube._api_client.update_params_for_auth(headers, [], ["BearerToken"])
-        header = [f"{k}: {v}" for k, v in headers.items()]
-        header += [f"{k}: {v}" for k, v in kube._headers.items() if k.startswith("Impersonate")]
-        if kube._impersonate_groups:
-            header += [f"Impersonate-Group: {g}" for g in kube._impersonate_groups]
-        with kube._lock:
-            kube.requests_made += 1
-        self.ws = websocket.WebSocket(sslopt=_ws_sslopt(kube._api_client.configuration), skip_utf8_validation=True)
-        self.ws.settimeout(timeout_s)
-        try:
-            self.ws.connect(url, header=header, subprotocols=list(protocols))  # type: ignore[no-untyped-call]
-        except websocket.WebSocketBadStatusException as exc:
-            body = exc.resp_body or b""
-            reason, message = status_message(body)
-            raise KubeApiError(exc.status_code, reason or _http_reason(exc.status_code), message or str(exc), body) from exc
-        except (websocket.WebSocketException, OSError) as exc:
-            raise KubeConnectionError(f"cannot open a stream to {path}: {exc}") from exc
+        attempt = 0
+        refreshed = False
+        while True:
+            headers: dict[str, str] = {}
+            kube._api_client.update_params_for_auth(headers, [], ["BearerToken"])
+            header = [f"{k}: {v}" for k, v in headers.items()]
+            header += [f"{k}: {v}" for k, v in kube._headers.items() if k.startswith("Impersonate")]
+            if kube._impersonate_groups:
+                header += [f"Impersonate-Group: {g}" for g in kube._impersonate_groups]
+            with kube._lock:
+                kube.requests_made += 1
+            self.ws = websocket.WebSocket(sslopt=_ws_sslopt(kube._api_client.configuration), skip_utf8_validation=True)
+            self.ws.settimeout(timeout_s)
+            try:
+                self.ws.connect(url, header=header, subprotocols=list(protocols))  # type: ignore[no-untyped-call]
+            except websocket.WebSocketBadStatusException as exc:
+                body = exc.resp_body or b""
+                if exc.status_code == 429 and attempt < MAX_RETRIES:
+                    attempt += 1
+                    kube._count_retry()
+                    headers_in = {k.lower(): v for k, v in (exc.resp_headers or {}).items()}
+                    time.sleep(retry_after_seconds(headers_in.get("retry-after"), attempt))
+                    continue
+                if exc.status_code == 401 and not refreshed and kube._reload is not None:
+                    refreshed = True
+                    kube._api_client = kube._reload()
+                    kube._count_retry()
+                    continue
+                reason, message = status_message(body)
+                raise KubeApiError(exc.status_code, reason or _http_reason(exc.status_code), message or str(exc), body) from exc
+            except (websocket.WebSocketException, OSError) as exc:
+                raise KubeConnectionError(f"cannot open a stream to {path}: {exc}") from exc
+            break
         self.protocol = getattr(self.ws, "subprotocol", None) or ""
 
     def frames(self, deadline: float | None) -> Any:

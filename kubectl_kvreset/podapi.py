@@ -143,6 +143,8 @@ def _call_one(kube: Kube, ref: PodRef, port: int, method: str, path: str, query:
         try:
             answer = kube.pod_proxy(ref.namespace, ref.pod, port, method, path, query, scheme=scheme, timeout_s=bound)
         except KubeConnectionError as exc:
+            if "no answer" in str(exc):
+                return CallFailure("timeout", f"{ref.pod}:{port} did not answer {method} {path} within {bound:g} s")
             return CallFailure("apiserver", str(exc))
         if not answer.from_apiserver:
             return answer
@@ -187,7 +189,9 @@ def _read_exec_answer(result: ExecResult) -> HttpAnswer | CallFailure:
         text = (result.message or "") + " " + result.stderr.decode("utf-8", "replace")[-200:]
         if "executable file not found" in text or "No such file" in text or result.exit_code == 127:
             return CallFailure("no-python", "exec: python3 is not in the vLLM container")
-        return CallFailure("exec-failed", f"exec ended with {result.exit_code}: {text.strip()[:200]}")
+        if result.exit_code is None:
+            return CallFailure("exec-failed", f"exec stream ended without an exit status: {text.strip()[:200]}")
+        return CallFailure("exec-failed", f"exec ended with exit code {result.exit_code}: {text.strip()[:200]}")
     try:
         doc = json.loads(result.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
     except (ValueError, IndexError):

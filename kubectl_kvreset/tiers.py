@@ -258,7 +258,11 @@ def _apply_offloading_flags(ktc: Mapping[str, Any] | None, size_gib: float,
     result: dict[str, Any] = dict(ktc or {})
     old = result.get("kv_connector")
     backend = (backend or "native").lower()
-    extra = dict(result.get("kv_connector_extra_config") or {})
+    raw_extra = result.get("kv_connector_extra_config")
+    if raw_extra is not None and not isinstance(raw_extra, Mapping):
+        notes.append("kv_connector_extra_config is not a JSON object: ignored")
+        raw_extra = None
+    extra = dict(raw_extra or {})
     if backend == "lmcache":
         new = "LMCacheConnectorV1"
         extra = {"lmcache.local_cpu": True, "lmcache.max_local_cpu_size": size_gib}

@@ -527,7 +527,8 @@ def describe_reset_failure(pod: Any, first: Any) -> tuple[str, str]:
 
     if first.failure is not None:
         result = {"forbidden": "forbidden", "pod-gone": "pod gone", "unreachable": "unreachable",
-                  "refused": "unreachable", "interrupted": "interrupted"}.get(first.failure.kind, "failed")
+                  "refused": "unreachable", "timeout": "unreachable",
+                  "interrupted": "interrupted"}.get(first.failure.kind, "failed")
         return result, first.failure.message
     if first.outcome is ResetOutcome.BUSY:
         return "busy", (f"vLLM kept answering success:false for {first.elapsed_s:.1f}s ({first.busy_answers} answers; "

@@ -82,7 +82,9 @@ class Simulator:
             namespace=namespace, state_dir=self.state_dir, ready_delay=ready_delay,
             dev_mode=dev_mode, default_version=vllm_version, sandbox=sandbox),
             self.scenario, backend)
-        self.server = SimServer(self.cluster, users=self.scenario.users, namespace=namespace)
+        self.server = SimServer(self.cluster, users=self.scenario.users, namespace=namespace,
+                                faults=self.scenario.fault_state,
+                                token_ttl=dict(self.scenario.token_ttl))
         self.server.authorizer = RBACAuthorizer(self.store)
         self.server.drop_fields = dict(self.scenario.drop_fields)
         self.manifests = manifests

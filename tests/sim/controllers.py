@@ -1107,6 +1107,51 @@ class Cluster:
                 elif ref.get("kind") == "LeaderWorkerSet":
                     self.update_lws_status(rec.namespace, ref["name"])
 
+    def call_at(self, due: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the scheduler thread at monotonic time ``due`` (faults use it)."""
+        self._scheduler.call_at(due, fn)
+
+    def set_pod_ready(self, rec: PodRecord, ready: bool, why: str = "") -> None:
+        """Fault support: a Running pod's vLLM container goes not-Ready (Ready and
+        ContainersReady False with reason ``ContainersNotReady``, the container ``ready:
+        false``, as a failing readiness probe shows it) or back to Ready. A deleted or
+        crashed pod is left alone. The owner's status follows."""
+        if rec.deleted or self._stopped or rec.crashed or not rec.running:
+            return
+        with self._lock:
+            pod = self.store.try_get(self.t_pod, rec.namespace, rec.name)
+            if pod is None or pod["metadata"]["uid"] != rec.uid:
+                return
+            status = self.running_status(pod, rec)
+            if not ready:
+                vc = None
+                if rec.runtime is not None:
+                    try:
+                        vc = rec.runtime.state().get("vllm_container")
+                    except Exception:
+                        vc = None
+                names = {vc} if vc else {c.get("name") for c in (pod.get("spec") or {}).get(
+                    "containers") or []}
+                for c in status["conditions"]:
+                    if c["type"] in ("Ready", "ContainersReady"):
+                        c["status"] = "False"
+                        c["reason"] = "ContainersNotReady"
+                        c["message"] = "containers with unready status: [" + " ".join(
+                            sorted(str(n) for n in names if n)) + "]"
+                for s in status.get("containerStatuses") or []:
+                    if s.get("name") in names:
+                        s["ready"] = False
+                        if why:
+                            s["lastState"] = {"terminated": {"exitCode": 1, "reason": why}}
+            rec.ready = ready
+            self.store.update_status(self.t_pod, rec.namespace, rec.name, status)
+            ref = controller_of(pod)
+            if ref is not None:
+                if ref.get("kind") == "ReplicaSet":
+                    self.update_replicaset_status(rec.namespace, ref["name"])
+                elif ref.get("kind") == "LeaderWorkerSet":
+                    self.update_lws_status(rec.namespace, ref["name"])
+
     def running_status(self, pod: Obj, rec: PodRecord) -> dict[str, Any]:
         """The ``status`` of a started pod: phase Running, pod IP, container statuses; a crashed
         runtime's vLLM container(s) wait in ``CrashLoopBackOff`` and the pod is not Ready."""

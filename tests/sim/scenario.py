@@ -7,11 +7,16 @@ pods:
     vllm_version: "0.25.0"        # any other key goes to PodContext.overrides
     busy: 2
     network: unreachable           # simulator-level fault, not passed to the pod
+    delete_on_first_reset: true    # per-pod faults (faults.POD_FAULT_KEYS), not passed either
 users:
   - name: alice
+    token_ttl: 20                  # optional: her token answers 401 after 20 requests
 rbac:                              # extra objects (Role, RoleBinding...) loaded with the manifests
   - {kind: RoleBinding, apiVersion: rbac.authorization.k8s.io/v1, ...}
-faults: {}                         # reserved
+faults:                            # API and vLLM faults (tests/sim/faults.py)
+  seed: 1
+  api: [{verb: list, resource: pods, first: 2, status: 500}]
+  vllm: {fraction: 0.1, mode: error}
 drop_fields:                       # fault: served objects of a resource lose these fields
   deployments: [status.updatedReplicas, spec.selector.matchLabels]   # dotted; "\\." escapes
 ```
@@ -25,8 +30,10 @@ from typing import Any
 
 import yaml
 
+from .faults import POD_FAULT_KEYS, FaultError, Faults, check_pod_faults, parse_faults
+
 # Keys of a pod rule that the simulator itself consumes (not passed to PodContext.overrides).
-SIM_POD_KEYS = {"match", "network"}
+SIM_POD_KEYS = {"match", "network"} | POD_FAULT_KEYS
 NETWORK_FAULTS = {"unreachable"}
 
 
@@ -74,12 +81,14 @@ class PodMatch:
 
 @dataclass(frozen=True)
 class PodRule:
-    """A ``pods:`` entry: a match, the overrides it passes to the pod runtime, and an optional
-    simulator ``network`` fault (``unreachable``)."""
+    """A ``pods:`` entry: a match, the overrides it passes to the pod runtime, an optional
+    simulator ``network`` fault (``unreachable``) and the per-pod ``faults`` the simulator
+    applies itself (keys of ``tests.sim.faults.POD_FAULT_KEYS``)."""
 
     match: PodMatch
     overrides: dict[str, Any]
     network: str | None = None
+    faults: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,7 +99,10 @@ class Scenario:
     loaded with the manifests, so a test can give its users permissions. ``drop_fields`` maps
     a resource plural (``deployments``) to field paths (tuples of keys) removed from every
     object of it the API serves: a deliberately broken server, for the kubectl conformance
-    suite's negative checks (the stored objects and the controllers are untouched)."""
+    suite's negative checks (the stored objects and the controllers are untouched).
+    ``faults`` is the raw ``faults:`` mapping and ``fault_state`` its parsed, live form
+    (tests/sim/faults.py); ``token_ttl`` maps a scenario user to the number of requests her
+    token serves before it answers 401."""
 
     replicas: dict[tuple[str, str], int] = field(default_factory=dict)
     pods: list[PodRule] = field(default_factory=list)
@@ -98,6 +110,8 @@ class Scenario:
     faults: dict[str, Any] = field(default_factory=dict)
     rbac: list[dict[str, Any]] = field(default_factory=list)
     drop_fields: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
+    token_ttl: dict[str, int] = field(default_factory=dict)
+    fault_state: Faults = field(default_factory=Faults)
 
     def replicas_for(self, kind: str, name: str) -> int | None:
         """Replica override for owner ``kind``/``name`` (kind lower-case), or None."""
@@ -114,6 +128,16 @@ class Scenario:
                 if rule.network is not None:
                     network = rule.network
         return overrides, network
+
+    def pod_faults(self, owner: tuple[str, str] | None, ordinal: int, namespace: str,
+                   name: str) -> dict[str, Any]:
+        """Merged per-pod fault keys (``delete_on_first_reset``, ``down_for``, ``down_at``,
+        ``hang``, ``exec_cut``) of every rule matching this pod; later rules win."""
+        out: dict[str, Any] = {}
+        for rule in self.pods:
+            if rule.faults and rule.match.matches(owner, ordinal, namespace, name):
+                out.update(rule.faults)
+        return out
 
 
 def parse_scenario(data: Any) -> Scenario:
@@ -152,16 +176,29 @@ def parse_scenario(data: Any) -> Scenario:
         if network is not None and network not in NETWORK_FAULTS:
             raise ScenarioError(f"pods[{i}].network: unknown fault {network!r}")
         overrides = {k: v for k, v in rule.items() if k not in SIM_POD_KEYS}
-        sc.pods.append(PodRule(match, overrides, network))
+        try:
+            pod_faults = check_pod_faults(f"pods[{i}]", rule)
+        except FaultError as e:
+            raise ScenarioError(str(e)) from e
+        sc.pods.append(PodRule(match, overrides, network, pod_faults))
     for i, u in enumerate(data.get("users") or []):
         name = u.get("name") if isinstance(u, dict) else u
         if not isinstance(name, str) or not name:
             raise ScenarioError(f"users[{i}] needs a name")
         sc.users.append(name)
+        if isinstance(u, dict) and u.get("token_ttl") is not None:
+            ttl = u["token_ttl"]
+            if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0:
+                raise ScenarioError(f"users[{i}].token_ttl must be a non-negative integer")
+            sc.token_ttl[name] = ttl
     faults = data.get("faults") or {}
     if not isinstance(faults, dict):
         raise ScenarioError("faults must be a mapping")
     sc.faults = faults
+    try:
+        sc.fault_state = parse_faults(faults)
+    except FaultError as e:
+        raise ScenarioError(str(e)) from e
     rbac = data.get("rbac") or []
     if not isinstance(rbac, list):
         raise ScenarioError("rbac must be a list of Kubernetes objects")

@@ -40,6 +40,7 @@ import yaml
 
 from .controllers import Cluster, PodRecord, human_age
 from .execsandbox import ExecProcess, ExecSpec, exec_failure_message
+from .faults import Faults, hangs
 from .podhttp import serve_in_thread
 from .store import (
     ApiError,
@@ -212,6 +213,10 @@ class _Hijacked(Exception):
     """Internal: the connection was taken over (a WebSocket upgrade) and is finished."""
 
 
+class _Dropped(Exception):
+    """Internal: a fault closes the connection without an answer."""
+
+
 class _TLSServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
@@ -265,10 +270,18 @@ class SimServer:
     ``drop_fields`` (resource plural -> field paths as key tuples; the scenario's
     ``drop_fields``) is a fault: every object of that resource the server returns (get, list,
     watch, Table rows, write answers) lacks those fields; what is stored is unchanged.
+
+    Faults (tests/sim/faults.py): ``faults`` (the scenario's ``fault_state``) answers, delays
+    or drops API requests and fails proxied vLLM calls; per-pod faults come from the
+    scenario's ``pods:`` rules (``Scenario.pod_faults``). ``token_uses`` maps a token to the
+    requests it still serves (absent: unlimited); a token at 0 answers 401. ``token_ttl``
+    (user -> N) gives every token issued to that user at start N uses. ``hang_limit`` (s,
+    default 600) is how long a ``hang`` fault holds a request before giving up.
     """
 
     def __init__(self, cluster: Cluster, users: list[str] | None = None,
-                 namespace: str = "default", unreachable_delay: float = 0.5) -> None:
+                 namespace: str = "default", unreachable_delay: float = 0.5,
+                 faults: Faults | None = None, token_ttl: dict[str, int] | None = None) -> None:
         self.cluster = cluster
         self.store = cluster.store
         self.namespace = namespace
@@ -284,6 +297,16 @@ class SimServer:
         self.exec_timeout = 300.0
         self.portforward_timeout = 3600.0
         self.drop_fields: dict[str, list[tuple[str, ...]]] = {}
+        self.faults = faults or Faults()
+        self.token_uses: dict[str, int] = {}
+        for u, ttl in (token_ttl or {}).items():
+            if u in self.user_tokens:
+                self.token_uses[self.user_tokens[u]] = ttl
+        self.hang_limit = 600.0
+        self.tokens_expired = 0
+        self._stop_event = threading.Event()
+        self._fault_lock = threading.Lock()
+        self._pod_fault_state: dict[str, dict[str, Any]] = {}
         self._counts: Counter[str] = Counter()
         self._count_lock = threading.Lock()
         self._httpd: _TLSServer | None = None
@@ -309,6 +332,7 @@ class SimServer:
     def stop(self) -> None:
         """Stop accepting and close the listening socket."""
         self._stopping = True
+        self._stop_event.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -367,7 +391,7 @@ class SimServer:
         except _Stream as st:
             self._send_stream(h, st.chunks)
             return
-        except _Hijacked:
+        except (_Hijacked, _Dropped):
             h.close_connection = True
             return
         except ApiError as e:
@@ -492,10 +516,28 @@ class SimServer:
     def _authenticate(self, h: _Handler) -> str:
         auth = h.headers.get("Authorization") or ""
         if auth.lower().startswith("bearer "):
-            user = self.tokens.get(auth[7:].strip())
+            token = auth[7:].strip()
+            user = self.tokens.get(token)
             if user is not None:
-                return user
+                with self._fault_lock:
+                    left = self.token_uses.get(token)
+                    if left is None:
+                        return user
+                    if left > 0:
+                        self.token_uses[token] = left - 1
+                        return user
+                    self.tokens_expired += 1
         raise ApiError(401, "Unauthorized", "Unauthorized")
+
+    def mint_token(self, user: str, ttl: int | None = None) -> str:
+        """A new bearer token for ``user`` (any name; ``admin`` bypasses RBAC), serving
+        ``ttl`` requests (None: unlimited) before it answers 401."""
+        tok = secrets.token_urlsafe(32)
+        with self._fault_lock:
+            self.tokens[tok] = user
+            if ttl is not None:
+                self.token_uses[tok] = ttl
+        return tok
 
     def _authorize(self, user: str, verb: str, resource: str, group: str, ns: str | None,
                    name: str) -> None:
@@ -521,7 +563,7 @@ class SimServer:
         if segs[0] == "openapi":
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if segs[:2] == ["sim", "v1"]:
-            return self._sim(user, method, segs[2:])
+            return self._sim(user, method, segs[2:], body)
         if segs[0] == "api":
             if len(segs) == 1:
                 return self._json(200, {"kind": "APIVersions", "versions": ["v1"],
@@ -589,19 +631,35 @@ class SimServer:
                 "groupVersion": version if not group else f"{group}/{version}",
                 "resources": resources}
 
-    def _sim(self, user: str, method: str, segs: list[str]) -> tuple[int, list[tuple[str, str]],
-                                                                     bytes]:
+    def _sim(self, user: str, method: str, segs: list[str],
+             body: bytes = b"") -> tuple[int, list[tuple[str, str]], bytes]:
         if user != "admin":
             raise ApiError(403, "Forbidden", f'User "{user}" cannot access the simulator state')
         if segs == ["state"] and method == "GET":
             return self._json(200, self.state())
+        if segs == ["tokens"] and method == "POST":
+            req = self._decode(body) if body.strip() else {}
+            name = req.get("user", "admin")
+            ttl = req.get("ttl")
+            if not isinstance(name, str) or not name or (
+                    ttl is not None and (not isinstance(ttl, int) or ttl < 0)):
+                raise bad_request("body must be {\"user\": NAME, \"ttl\": N or null}")
+            return self._json(201, {"user": name, "ttl": ttl,
+                                     "token": self.mint_token(name, ttl)})
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
 
     def state(self) -> Obj:
-        """``/sim/v1/state``: every pod record (deleted ones too) and the request counts."""
+        """``/sim/v1/state``: every pod record (deleted ones too), the request counts, and
+        ``faults``: ``api`` (per ``faults.api`` rule: matched, fired), ``vllm_failed``,
+        ``tokens_expired`` (401s of used-up tokens) and ``pods`` (pod uid -> what its faults
+        did: ``deleted_on_reset``, ``refused_calls``, ``hung_calls``, ``cut_execs``...)."""
         cache: dict[str, list[str]] = {}
+        faults = self.faults.state()
+        faults["tokens_expired"] = self.tokens_expired
+        with self._fault_lock:
+            faults["pods"] = {uid: dict(st) for uid, st in self._pod_fault_state.items()}
         return {"pods": [r.state(cache) for r in self.cluster.records()],
-                "api_requests": self.api_requests()}
+                "api_requests": self.api_requests(), "faults": faults}
 
     # ---------------- resources ----------------
     def _resource(self, h: _Handler, user: str, method: str, group: str, version: str,
@@ -638,6 +696,7 @@ class SimServer:
             verb = _METHOD_VERB.get(method, method.lower())
         self._count(verb, resource)
         self._authorize(user, verb, resource, group, ns, name)
+        self._api_fault(verb, resource, ns, name, user)
         dry = query.get("dryRun") == "All"
         accept = h.headers.get("Accept") or ""
 
@@ -847,6 +906,14 @@ class SimServer:
         ws = ChannelWebSocket(h.connection)
         if ws.handshake(h.command, h.path, list(h.headers.items()), [V5, V4]) is None:
             return
+        cut = self._pod_faults(rec).get("exec_cut")
+        if cut:
+            with self._fault_lock:
+                st = self._pod_fault_state.setdefault(rec.uid, {"pod": name})
+                st["cut_execs"] = st.get("cut_execs", 0) + 1
+        if cut == "before":
+            ws.close()  # fault: the stream ends before anything ran, without a Status
+            return
         view = None
         runtime = rec.runtime if rec is not None else None
         if runtime is not None and self.cluster.config.sandbox:
@@ -915,6 +982,9 @@ class SimServer:
                 ws.close()
                 return
             code, failure = proc.finish()
+            if cut == "after":
+                ws.close()  # fault: the command ran, its output was sent, the Status never is
+                return
             exec_id = rec.uid.replace("-", "") * 2
             _send_status(ws, self._exec_status(
                 code, exec_failure_message(failure, exec_id) if failure else None, argv))
@@ -1018,6 +1088,79 @@ class SimServer:
                 except OSError:
                     pass
 
+    # ---------------- faults ----------------
+    def _api_fault(self, verb: str, resource: str, ns: str | None, name: str, user: str) -> None:
+        """Apply the first ``faults.api`` rule that fires: sleep, then drop the connection
+        (:class:`_Dropped`) or answer its ``Status`` (:class:`_Reply`); else return."""
+        action = self.faults.api_action(verb, resource, ns, name, user)
+        if action is None:
+            return
+        if action.delay_s > 0:
+            self._stop_event.wait(action.delay_s)
+        if action.drop:
+            raise _Dropped()
+        if action.status is not None:
+            raise _Reply(action.status, json.dumps(action.body).encode(),
+                         [("Content-Type", "application/json"), *action.headers])
+
+    def _pod_faults(self, rec: PodRecord) -> dict[str, Any]:
+        """The per-pod fault keys of the scenario rules matching this pod (owner, ordinal,
+        namespace, name, as the controllers match overrides)."""
+        owner = (rec.owner[0].lower(), rec.owner[1]) if rec.owner else ("pod", rec.name)
+        return self.cluster.scenario.pod_faults(owner, rec.ordinal, rec.namespace, rec.name)
+
+    def _pod_fault_gate(self, ns: str, pname: str, path: str) -> None:
+        """Per-pod faults on a proxied call, before the pod is looked up: ``hang`` holds the
+        request (up to ``hang_limit``, then 503 ``i/o timeout``); ``delete_on_first_reset``
+        deletes the pod on its first ``/reset_*`` call (its controller makes a successor; the
+        call then goes on by name: 404 for a new name); ``down_for`` makes the pod refuse
+        connections (503 ``connection refused``) and be not Ready for that many seconds from
+        its first call (``down_at: first_reset``: its first reset call), then Ready again."""
+        rec = self.cluster.record_for(ns, pname)
+        if rec is None:
+            return
+        pf = self._pod_faults(rec)
+        if not pf:
+            return
+        is_reset = path.rstrip("/").startswith("/reset_")
+        with self._fault_lock:
+            st = self._pod_fault_state.setdefault(rec.uid, {"pod": pname})
+        if hangs(pf.get("hang"), path):
+            with self._fault_lock:
+                st["hung_calls"] = st.get("hung_calls", 0) + 1
+            self._stop_event.wait(self.hang_limit)
+            raise ApiError(503, "ServiceUnavailable",
+                           f"error trying to reach service: dial tcp {rec.pod_ip}: i/o timeout")
+        if pf.get("delete_on_first_reset") and is_reset:
+            with self._fault_lock:
+                first = not st.get("deleted_on_reset")
+                st["deleted_on_reset"] = True
+            if first:
+                try:
+                    self.store.delete(self.cluster.t_pod, ns, pname)
+                except ApiError:
+                    pass
+            return
+        down = pf.get("down_for")
+        if down:
+            now = time.monotonic()
+            start = False
+            with self._fault_lock:
+                if "down_until" not in st and (is_reset or pf.get("down_at", "first_call") == "first_call"):
+                    st["down_until"] = now + float(down)
+                    st["down_since"] = now
+                    start = True
+                until = st.get("down_until")
+            if start:
+                self.cluster.set_pod_ready(rec, False, "Error")
+                self.cluster.call_at(now + float(down), lambda: self.cluster.set_pod_ready(rec, True))
+            if until is not None and now < until:
+                with self._fault_lock:
+                    st["refused_calls"] = st.get("refused_calls", 0) + 1
+                raise ApiError(503, "ServiceUnavailable",
+                               f"error trying to reach service: dial tcp {rec.pod_ip}: connect: "
+                               "connection refused")
+
     # ---------------- pod proxy ----------------
     def _proxy(self, h: _Handler, ns: str, name_part: str, path: str, query: str,
                body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
@@ -1032,6 +1175,7 @@ class SimServer:
         if scheme not in ("http", "https"):
             raise bad_request(f"unsupported scheme {scheme!r}")
         t_pod = self.cluster.t_pod
+        self._pod_fault_gate(ns, pname, path)
         pod = self.store.get(t_pod, ns, pname)
         spec = pod.get("spec") or {}
         port = self._resolve_port(spec, port_s)
@@ -1054,6 +1198,16 @@ class SimServer:
                    if k.lower() not in ("authorization", "host", "connection", "keep-alive",
                                         "transfer-encoding", "content-length")}
         result = None
+        vfault = self.faults.vllm_action(ns, pname, port, path) \
+            if rec is not None and rec.runtime is not None and port in self._served_ports(rec) else None
+        if vfault == "drop":
+            # vLLM closed the connection without answering; the API server's reverse proxy
+            # reports the transport error (EOF) as it reports a refused dial
+            raise ApiError(503, "ServiceUnavailable", "error trying to reach service: EOF")
+        if vfault == "error":
+            return 500, [("content-type", "application/json")], json.dumps(
+                {"error": {"message": "simulated engine failure", "type": "InternalServerError",
+                           "param": None, "code": 500}}).encode()
         if rec is not None and rec.runtime is not None:
             result = rec.runtime.request(port, h.command, path, query, headers, body,
                                          scheme=scheme, transport="proxy")
@@ -1064,6 +1218,16 @@ class SimServer:
         code, rheaders, rbody = result
         out = [(k, v) for k, v in rheaders if k.lower() not in _HOP_BY_HOP]
         return code, out, rbody
+
+    @staticmethod
+    def _served_ports(rec: PodRecord) -> list[int]:
+        getter = getattr(rec.runtime, "served_ports", None)
+        if getter is None:
+            return []
+        try:
+            return list(getter())
+        except Exception:  # noqa: BLE001 - a fault check must not break the proxy
+            return []
 
     @staticmethod
     def _resolve_port(spec: dict[str, Any], port_s: str) -> int | None:
