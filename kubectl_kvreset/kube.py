@@ -20,8 +20,10 @@ the chosen context as kubectl's flags do.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +31,8 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import yaml
+
+_LOG = logging.getLogger("kubectl_kvreset")
 
 #: kubectl's default ``--request-timeout`` is 0 (unbounded); this tool bounds every request.
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
@@ -501,6 +505,10 @@ class Kube:
             headers["Impersonate-Group"] = ",".join(self._impersonate_groups)
         with self._lock:
             self.requests_made += 1
+        started = time.monotonic()
+        if _LOG.isEnabledFor(logging.DEBUG):
+            shown = {k: ("<redacted>" if k.lower() in ("authorization", "cookie") else v) for k, v in headers.items()}
+            _LOG.debug("request headers: %s", shown)
         try:
             r = pool.request(method, url, body=body, headers=headers, timeout=timeout, retries=False, preload_content=True)
         except urllib3.exceptions.NewConnectionError as exc:
@@ -513,6 +521,7 @@ class Kube:
             raise KubeConnectionError(f"cannot reach the API server at {self.host}: {_short(exc)}") from exc
         hdrs = {k.lower(): v for k, v in r.headers.items()}
         data: bytes = r.data or b""
+        _LOG.info("%s %s %s in %.0f ms", method, url, r.status, (time.monotonic() - started) * 1000)
         return HttpAnswer(r.status, hdrs, data, from_apiserver=r.status >= 400 and is_apiserver_status(data, hdrs))
 
     def get_json(self, path: str, *, query: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:

@@ -113,23 +113,61 @@ def fail(message: str, code: ExitCode = ExitCode.FAILED) -> None:
     sys.exit(int(code))
 
 
+#: ``-v`` level from which requests are logged, and tracebacks shown, on stderr.
+VERBOSE_REQUESTS = 6
+
+
+def redact(text: str) -> str:
+    """``text`` with bearer tokens and ``token:``/``password:`` values replaced by ``<redacted>``."""
+    import re
+
+    text = re.sub(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+", r"\1<redacted>", text)
+    return re.sub(r"(?i)((?:token|password|client-key-data)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+", r"\1<redacted>", text)
+
+
+def configure_logging(verbosity: int) -> None:
+    """``-v N``: from :data:`VERBOSE_REQUESTS` every API request is logged on stderr (method,
+    URL, status, milliseconds; tokens never); from 8 also the request headers, redacted."""
+    import logging
+
+    logger = logging.getLogger("kubectl_kvreset")
+    if verbosity >= VERBOSE_REQUESTS and not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG if verbosity >= 8 else logging.INFO)
+
+
 def handle_errors(fn: F) -> F:
     """Map this package's and the adapter's errors to a message and an exit code: a
     configuration error exits 2 before any work, an API or connection failure exits 1,
-    Ctrl-C exits 130. No traceback unless ``-v`` is 6 or more."""
+    Ctrl-C exits 130, anything unexpected exits 1 with a one-line message. Never a traceback
+    unless ``-v`` is 6 or more (then on stderr, tokens redacted)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from ..discovery import TargetError
         from ..kube import KubeApiError, KubeConfigError, KubeConnectionError
 
+        verbosity = int(kwargs.get("verbosity") or 0)
+        configure_logging(verbosity)
+
+        def trace() -> None:
+            if verbosity >= VERBOSE_REQUESTS:
+                import traceback
+
+                click.echo(redact(traceback.format_exc()), err=True)
+
         try:
             return fn(*args, **kwargs)
         except KubeConfigError as exc:
+            trace()
             fail(str(exc), ExitCode.USAGE)
         except TargetError as exc:
+            trace()
             fail(str(exc), ExitCode.FAILED)
         except KubeApiError as exc:
+            trace()
             if exc.status == 400 and "selector" in exc.message.lower():
                 fail(f"{exc.message} (check -l/--selector)", ExitCode.USAGE)
             hint = ""
@@ -139,10 +177,17 @@ def handle_errors(fn: F) -> F:
                 hint = " (the credentials were refused: log in again or check the kubeconfig user)"
             fail(f"{exc}{hint}", ExitCode.FAILED)
         except KubeConnectionError as exc:
+            trace()
             fail(str(exc), ExitCode.FAILED)
         except KeyboardInterrupt:
             info("interrupted")
             sys.exit(int(ExitCode.INTERRUPTED))
+        except (click.ClickException, click.exceptions.Exit, SystemExit):
+            raise
+        except Exception as exc:  # a defect: say so in one line, never a traceback by default
+            trace()
+            fail(redact(f"internal error: {type(exc).__name__}: {exc} (run again with -v=6 for details)"),
+                 ExitCode.FAILED)
 
     return wrapper  # type: ignore[return-value]
 

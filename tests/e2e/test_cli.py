@@ -68,3 +68,25 @@ def test_unreadable_kubeconfig_exits_2(tmp_path) -> None:
     bad.write_text("clusters: [unclosed")
     done = run("detect", "--kubeconfig", str(bad))
     assert done.returncode == 2 and "not valid YAML" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_verbose_logs_requests_and_never_the_token(tmp_path) -> None:
+    from tests.simctl import DEMO_MANIFEST, SimCluster
+
+    with SimCluster([DEMO_MANIFEST], namespace="llm-d-demo", ready_delay=0.05) as cluster:
+        cluster.wait_ready()
+        done = cluster.run("detect", "-n", "llm-d-demo", "-v", "8")
+        assert done.returncode == 0, done.stderr
+        assert "GET https://127.0.0.1:" in done.stderr and "/api/v1/namespaces/llm-d-demo/pods 200" in done.stderr
+        assert cluster.admin_token not in done.stderr + done.stdout
+        assert "<redacted>" in done.stderr
+        quiet = cluster.run("detect", "-n", "llm-d-demo")
+        assert "GET https://" not in quiet.stderr
+
+
+def test_expected_failure_has_no_traceback_unless_verbose(tmp_path) -> None:
+    bad = tmp_path / "config"
+    bad.write_text("clusters: [unclosed")
+    assert "Traceback" not in run("detect", "--kubeconfig", str(bad)).stderr
+    verbose = run("detect", "--kubeconfig", str(bad), "-v", "6")
+    assert verbose.returncode == 2 and "Traceback" in verbose.stderr

@@ -103,3 +103,11 @@ def test_status_body_is_told_apart_from_a_vllm_answer() -> None:
     assert is_apiserver_status(status, {"content-type": "application/json"})
     assert not is_apiserver_status(b'{"detail":"Not Found"}', {"content-type": "application/json"})
     assert not is_apiserver_status(b"Internal Server Error", {"content-type": "text/plain"})
+
+
+def test_redact_hides_tokens() -> None:
+    from kubectl_kvreset.cli.options import redact
+
+    text = redact("Authorization: Bearer abc.def-123 and token: s3cr3t, password=hunter2")
+    assert "abc.def-123" not in text and "s3cr3t" not in text and "hunter2" not in text
+    assert text.count("<redacted>") == 3
