@@ -75,9 +75,10 @@ class DevMode:
     enabled: bool
 
     def describe(self) -> str:
-        """Short text for a table cell: ``on``, ``off``, ``invalid ("true")``, ``unknown (valueFrom)``."""
+        """Short text for a table cell: ``on``, ``off``, ``off (unset)`` (not in the spec: off
+        unless the image sets it), ``invalid ("true": ...)``, ``unknown (valueFrom)``."""
         if self.source is None:
-            return "off"
+            return "off (unset)"
         if self.source != "env":
             return f"unknown ({self.source})"
         if self.accepted is False:

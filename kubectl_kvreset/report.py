@@ -102,7 +102,15 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     No rows gives the empty string (the caller says "No resources found" on stderr)."""
     if not rows:
         return ""
-    from tabulate import tabulate
+    import tabulate as tabulate_module
+    from tabulate import DataRow, TableFormat, tabulate
 
-    text: str = tabulate(rows, headers=list(headers), tablefmt="plain", disable_numparse=True)
+    tabulate_module.MIN_PADDING = 0  # headers as wide as their text, as kubectl prints them
+    # kubectl's printers (k8s.io/cli-runtime/pkg/printers/tabwriter.go): left-aligned columns
+    # separated by three spaces, no borders
+    kubectl_format = TableFormat(lineabove=None, linebelowheader=None, linebetweenrows=None, linebelow=None,
+                                 headerrow=DataRow("", "   ", ""), datarow=DataRow("", "   ", ""),
+                                 padding=0, with_header_hide=None)
+    text: str = tabulate(rows, headers=list(headers), tablefmt=kubectl_format, disable_numparse=True,
+                         stralign="left")
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"

@@ -593,7 +593,7 @@ def restart_owner(kube: Any, namespace: str, owner: Owner, role: str | None = No
     seconds = clock() - start
     if state.done:
         return RestartResult(namespace, owner, role, "restarted",
-                             "rolled out: every pod was replaced, so its GPU and CPU KV caches are empty", seconds)
+                             "rolled out: every pod was replaced, so its in-pod KV caches (GPU, and CPU offload where configured) start empty", seconds)
     return RestartResult(namespace, owner, role, "timeout" if state.timed_out else "failed", state.message, seconds)
 
 

@@ -82,17 +82,27 @@ def command(**params: Any) -> None:
             return CallFailure("no-port", "no API port found in the vLLM command")
         return probe_version(ctx.caller, ctx.ref(pod), pod.ports[0].port, scheme=pod.ports[0].scheme)
 
-    probed = list(parallel(pods, probe, params["max_concurrency"]))
+    interactive = sys.stdin.isatty() and not params["yes"] and not params["dry_run"]
+    # the version decides the plan only where a CPU tier or a shared store is at stake; elsewhere
+    # (and not when the plan is shown first) /version is read alongside the resets, saving a round
+    early = [p for p in pods if interactive or params["dry_run"] or version_matters(p)]
+    early_probes = dict(zip((p.uid or p.name for p in early), parallel(early, probe, params["max_concurrency"]),
+                            strict=True))
+    probed = [early_probes.get(p.uid or p.name, DEFERRED) for p in pods]
     chosen = params["fallback"]
     plans = build_plans(pods, probed, chosen or "none", params["preempt_running"])
-    interactive = sys.stdin.isatty() and not params["yes"] and not params["dry_run"]
     if params["dry_run"]:
         emit(plan_rows(plans, ctx.scope, chosen), params["output"], empty_message="Nothing to do.")
     if interactive:
         info(plan_rows(plans, ctx.scope, chosen).render("table").rstrip())
         needs = sorted({p.steps.needs for p in plans if p.steps.needs})
-        if needs and chosen is None:
-            info("Some tiers are emptied only by replacing pods: " + ", ".join(needs) + " would empty them.")
+        unknown = [p for p in plans if p.has("api-reset") and dev_mode_on(p.pod) is None]
+        if (needs or unknown) and chosen is None:
+            if needs:
+                info("Some tiers are emptied only by replacing pods: " + ", ".join(needs) + " would empty them.")
+            if unknown:
+                info(f"{len(unknown)} pod(s) do not set VLLM_SERVER_DEV_MODE in their spec: if vLLM answers 404 "
+                     "(dev mode off), only replacing them empties their caches.")
             chosen = click.prompt("Fallback (restart: restart the owners; devmode: turn dev mode on, which rolls "
                                   "the pods; none: leave those tiers)", type=click.Choice(["restart", "devmode", "none"]),
                                   default="none", err=True)
@@ -129,6 +139,23 @@ def dev_mode_on(pod: Any) -> bool | None:
     return None
 
 
+#: Marks a pod whose version is read alongside its resets (see :func:`version_matters`).
+DEFERRED = object()
+
+#: Every reset route; a version that lacks one answers 404 there, read as "not on this version".
+ALL_RESET_ROUTES = ("/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache")
+
+
+def version_matters(pod: Any) -> bool:
+    """True when the pod's plan depends on its vLLM version before anything is sent: a CPU
+    offload tier or a shared store (whether the API reset empties them changes by version).
+    The GPU prefix cache is reset on every version, the FS tier never, and the answers read
+    themselves (an empty 200 before 0.26, ``{"success": ...}`` after)."""
+    from ..tiers import TierKind
+
+    return any(t.kind in (TierKind.CPU, TierKind.SHARED) for t in pod.layout.tiers)
+
+
 @dataclass
 class PodPlan:
     """What ``clear`` will do on one pod: the routes to call with ``query`` on each port, what
@@ -143,6 +170,7 @@ class PodPlan:
     query: list[tuple[str, str]]
     routes: tuple[str, ...]
     steps: Any
+    version_deferred: bool = False
 
     def has(self, action: str) -> bool:
         """True when the plan holds the step ``action``."""
@@ -159,13 +187,15 @@ def build_plans(pods: list[Any], probed: list[Any], fallback: str, preempt: bool
 
     plans: list[PodPlan] = []
     for pod, got in zip(pods, probed, strict=True):
+        deferred = got is DEFERRED
         version_text = got if isinstance(got, str) else None
         version = parse_version(version_text)
         effects = api_reset_effects(pod.layout, version, reset_external=True)
         query = reset_query(version, reset_external=True, reset_running_requests=preempt)
         steps = plan_pod_steps(effects, dev_mode_on=dev_mode_on(pod), fallback=fallback)
+        routes = ALL_RESET_ROUTES if deferred else ("/reset_prefix_cache",) + extra_reset_routes(version)
         plans.append(PodPlan(pod, version_text, got if isinstance(got, CallFailure) else None, effects, query,
-                             ("/reset_prefix_cache",) + extra_reset_routes(version), steps))
+                             routes, steps, version_deferred=deferred))
     owner_step: dict[tuple[str, Any], str] = {}
     for plan in plans:
         for step in plan.steps.steps:
@@ -219,9 +249,16 @@ def run_plans(ctx: Any, plans: list[PodPlan], *, busy_timeout: float, rollout_ti
     # lacks is not called (the plan's routes follow the version)
     units = [(plan, port, route) for plan in plans if plan.has(STEP_API_RESET) for port in plan.pod.ports
              for route in plan.routes]
+    units += [(plan, plan.pod.ports[0], VERSION_ROUTE) for plan in plans if plan.version_deferred and plan.pod.ports]
     results = parallel(units, lambda u: reset_route(ctx.caller, u[0], u[1], u[2], busy_timeout), max_workers)
     by_port: dict[tuple[str, str, int], list[Any]] = {}
-    for (plan, port, _route), result in zip(units, results, strict=True):
+    for (plan, port, route), result in zip(units, results, strict=True):
+        if route == VERSION_ROUTE:
+            if isinstance(result, str):
+                plan.version = result
+            elif not isinstance(result, NotRun):
+                plan.probe_failure = result
+            continue
         by_port.setdefault((plan.pod.namespace, plan.pod.name, port.port), []).append(result)
     for key, port_results in by_port.items():
         # the prefix-cache reset comes first; after Ctrl-C an extra route that did not run is dropped
@@ -348,18 +385,27 @@ def plan_rows(plans: list[PodPlan], scope: str | None, fallback: str | None = No
             "ports": [p.port for p in plan.pod.ports], "version": plan.version or "unknown",
             "steps": steps,
             "empties": [tier_label(t) for step in plan.steps.steps for t in step.empties],
-            "leaves": [f"{tier_label(lt.tier)} ({lt.flag or 'outside the pods'})" for lt in plan.steps.left],
+            "leaves": [f"{tier_label(lt.tier)} ({lt.flag or 'outside the pods'})" for lt in plan.steps.left]
+            + ([f"every pod tier if vLLM answers 404 (VLLM_SERVER_DEV_MODE is not in the spec): "
+                f"{'then ' + fallback if fallback in ('devmode', 'restart') else '--fallback=devmode|restart'}"]
+               if plan.has("api-reset") and dev_mode_on(plan.pod) is None else []),
             "disruptive": [s.action for s in plan.steps.steps if s.disruptive],
         })
     return report
 
 
+VERSION_ROUTE = "GET /version"
+
+
 def reset_route(caller: Any, plan: PodPlan, port: Any, route: str, busy_timeout: float) -> Any:
     """Call one reset route of the plan on one port (the prefix-cache reset with the plan's
-    query); returns its :class:`~kubectl_kvreset.podapi.ResetResult`."""
-    from ..podapi import PodRef, reset
+    query); returns its :class:`~kubectl_kvreset.podapi.ResetResult`. ``VERSION_ROUTE`` reads
+    ``GET /version`` instead (the version string or a ``CallFailure``)."""
+    from ..podapi import PodRef, probe_version, reset
 
     ref = PodRef(plan.pod.namespace, plan.pod.name, plan.pod.container)
+    if route == VERSION_ROUTE:
+        return probe_version(caller, ref, port.port, scheme=port.scheme)
     query = plan.query if route == plan.routes[0] else ()
     return reset(caller, ref, port.port, route, query, scheme=port.scheme, busy_timeout_s=busy_timeout)
 
@@ -377,13 +423,17 @@ def result_columns(scope: str | None) -> list[Any]:
 
 
 def dev_mode_hint(pod: Any) -> str:
-    """How to empty a pod whose vLLM has dev mode off: this run's fallback flags, or turning
-    dev mode on for its owner (a rollout, which empties the caches)."""
-    target = pod.owner.ref()
-    return (f"dev mode is off, so vLLM has no reset route: rerun with --fallback=devmode or --fallback=restart, "
-            f"or run 'kubectl kvreset devmode --enable {target}', which sets VLLM_SERVER_DEV_MODE=1 (this rolls "
-            "the pods, which empties their caches; "
-            "the dev routes are unauthenticated: turn it off when done)")
+    """The row's short hint for a pod whose vLLM has dev mode off (the long one is printed once
+    on stderr by :func:`dev_mode_note`)."""
+    return f"dev mode off: rerun with --fallback=devmode|restart, or kubectl kvreset devmode --enable {pod.owner.ref()}"
+
+
+def dev_mode_note() -> str:
+    """The explanation printed once when some pod answered 404 for the reset routes."""
+    return ("note: vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1 (stock llm-d and KServe do not "
+            "set it). --fallback=devmode sets it and rolls the pods (which empties their caches; later runs can use "
+            "the API); --fallback=restart only restarts them. The dev routes are unauthenticated: turn dev mode off "
+            "when done (kubectl kvreset devmode --disable OWNER).")
 
 
 def fs_result_pods(target: Any) -> list[str]:
@@ -406,6 +456,8 @@ def build_report(ctx: Any, plans: list[PodPlan], outcome: RunOutcome) -> Any:
         for port in ports:
             row, code = result_row(plan, port, outcome)
             report.add(row, code)
+    if any(r.get("result") == "dev mode off" for r in report.rows):
+        info(dev_mode_note())
     return report
 
 
@@ -452,6 +504,8 @@ def result_row(plan: PodPlan, port: Any, outcome: RunOutcome) -> tuple[dict[str,
                 failure_result, reset_text = describe_reset_failure(pod, first)
                 messages.append(reset_text)
             for extra in resets[1:] if reset_state in ("emptied", "unconfirmed") else []:
+                if plan.version_deferred and extra.outcome is ResetOutcome.DEV_MODE_OFF:
+                    continue  # sent without knowing the version: a 404 here means this version lacks the route
                 if extra.outcome not in (ResetOutcome.CLEARED, ResetOutcome.UNCONFIRMED):
                     messages.append(f"{extra.route}: {extra.answer.detail if extra.answer else extra.failure.message}")
                     failure_result = failure_result or "failed"
@@ -485,7 +539,8 @@ def result_row(plan: PodPlan, port: Any, outcome: RunOutcome) -> tuple[dict[str,
             reason = lt.reason if lt is not None else effect.reason
             flag = lt.flag if lt is not None else None
             left_rows.append({"tier": tier_label(tier), "reason": reason, "remedy": flag})
-            messages.append(f"{tier_label(tier)} left: {reason}" + (f"; to empty it: {flag}" if flag else ""))
+            if reset_state != "not emptied":  # after a failed call, the failure is the message
+                messages.append(f"{tier_label(tier)} left: {reason}" + (f"; to empty it: {flag}" if flag else ""))
         elif action == "api-reset":
             state = reset_state or "not emptied"
         elif action == "clear-fs":

@@ -31,11 +31,12 @@ class RunContext:
         return PodRef(pod.namespace, pod.name, pod.container)
 
 
-def complete(params: dict[str, Any], *, default_all: bool) -> RunContext:
+def complete(params: dict[str, Any], *, default_all: bool, pair_note: bool = True) -> RunContext:
     """Validate the targets, connect, discover and select.
 
     ``default_all``: with no target at all, act on every vLLM pod (read-only commands) instead
-    of refusing with a usage error (exit 2).
+    of refusing with a usage error (exit 2). ``pair_note``: say when the targets hold one role
+    of a prefill/decode pair (commands that change something).
 
     Raises:
         SystemExit: 2 on a usage error; the adapter's errors propagate to ``handle_errors``.
@@ -63,7 +64,8 @@ def complete(params: dict[str, Any], *, default_all: bool) -> RunContext:
     pods = select(universe, targets)
     if targets.selector and targets.owners:
         pods = [p for p in pods if p in universe]
-    for mine, other in missing_pair_roles(pods, universe if not targets.selector else discover(kube, scope)):
+    pairs = missing_pair_roles(pods, universe if not targets.selector else discover(kube, scope)) if pair_note else []
+    for mine, other in pairs:
         info(f"note: {mine.ref()} is one role of a prefill/decode pair; its other role, {other.ref()}, "
              "is not targeted")
     from ..podapi import PodCaller, Transports

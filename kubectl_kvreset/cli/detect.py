@@ -48,7 +48,7 @@ def command(**params: Any) -> None:
     from ..report import Column, ExitCode, Report
     from .context import complete, nothing_found
 
-    ctx = complete(params, default_all=True)
+    ctx = complete(params, default_all=True, pair_note=False)
     columns = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("OWNER", "owner"),
                Column("ROLE", "role"), Column("CONTAINER", "container"), Column("PORTS", "ports"),
                Column("FRONT", "front_ports", wide=True), Column("VERSION", "version"),

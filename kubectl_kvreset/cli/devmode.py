@@ -99,7 +99,7 @@ def command(**params: Any) -> None:
     changed = [r for r in results if r.result == "enabled"]
     if changed:
         info("warning: vLLM's dev endpoints (/reset_prefix_cache, /sleep, /collective_rpc ...) are now served "
-             "without authentication to anyone who reaches the pods. The restart emptied their caches. "
+             "without authentication to anyone who reaches the pods. The rollout replaced the pods, which emptied their caches. "
              "Turn dev mode off with: kubectl kvreset devmode --disable "
              + " ".join(r.owner.ref() for r in changed) + f" -n {changed[0].namespace}")
     emit(report, params["output"], empty_message="No vLLM server pods targeted.")

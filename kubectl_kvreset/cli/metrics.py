@@ -51,7 +51,7 @@ def command(**params: Any) -> None:
     from ..vllm_api import MetricsParseError, parse_metrics
     from .context import complete, nothing_found
 
-    ctx = complete(params, default_all=True)
+    ctx = complete(params, default_all=True, pair_note=False)
     cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORT", "port"),
             Column("ENGINE", "engine"), Column("USAGE", "usage"), Column("CPU", "cpu_offload_usage"),
             Column("PREFIX HITS", "prefix_hits"), Column("PREFIX QUERIES", "prefix_queries"),
@@ -86,7 +86,12 @@ def command(**params: Any) -> None:
         for e in engines:
             report.add({**base, "engine": e.engine or None, "model": e.model, "usage": e.usage,
                         "usage_metric": e.usage_metric, "cpu_offload_usage": e.cpu_offload_usage,
-                        "prefix_hits": e.prefix_hits, "prefix_queries": e.prefix_queries,
-                        "external_hits": e.external_hits, "external_queries": e.external_queries,
+                        "prefix_hits": tokens(e.prefix_hits), "prefix_queries": tokens(e.prefix_queries),
+                        "external_hits": tokens(e.external_hits), "external_queries": tokens(e.external_queries),
                         "error": None})
     emit(report, params["output"], empty_message=nothing_found(ctx))
+
+
+def tokens(value: float | None) -> int | float | None:
+    """A token counter as an integer when it is one (Prometheus exposes counters as floats)."""
+    return int(value) if value is not None and value.is_integer() else value
