@@ -96,6 +96,10 @@ def command(**params: Any) -> None:
         report.add(res.row(), ExitCode.OK if res.ok else ExitCode.FAILED)
         if not res.ok:
             info(f"error: {res.namespace}/{res.owner.ref()}: {res.result}: {res.message}")
+    for res in results:
+        if res.result in ("enabled", "disabled") and res.managers:
+            info(f"warning: {res.namespace}/{res.owner.ref()} is managed by {', '.join(m.describe() for m in res.managers)}: "
+                 "its next sync or upgrade may revert this change")
     changed = [r for r in results if r.result == "enabled"]
     if changed:
         info("warning: vLLM's dev endpoints (/reset_prefix_cache, /sleep, /collective_rpc ...) are now served "
