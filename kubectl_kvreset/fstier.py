@@ -563,56 +563,38 @@ def selected(name):
     if not models:
         return True
     return any(name.startswith(p) and suffix.fullmatch(name[len(p):]) for p in models)
+def add(dfd, e, rel, acc):
+    try:
+        st = e.stat(follow_symlinks=False)
+    except OSError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        if st.st_dev != dev:
+            return
+        acc["dirs"] += 1
+        try:
+            sub = os.open(e.name, FLAGS, dir_fd=dfd)
+        except OSError:
+            return
+        try:
+            tally(sub, rel + "/" + e.name, acc)
+        finally:
+            os.close(sub)
+    else:
+        acc["files"] += 1
+        if stat.S_ISREG(st.st_mode):
+            acc["bytes"] += st.st_size
 def tally(dfd, rel, acc):
     try:
         entries = list(os.scandir(dfd))
     except OSError as exc:
         err(rel + ": " + exc.strerror); return
     for e in entries:
-        try:
-            st = e.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            if st.st_dev != dev:
-                continue
-            acc["dirs"] += 1
-            try:
-                sub = os.open(e.name, FLAGS, dir_fd=dfd)
-            except OSError:
-                continue
-            try:
-                tally(sub, rel + "/" + e.name, acc)
-            finally:
-                os.close(sub)
-        else:
-            acc["files"] += 1
-            if stat.S_ISREG(st.st_mode):
-                acc["bytes"] += st.st_size
+        add(dfd, e, rel, acc)
 def count(want):
     acc, rest = {"files": 0, "bytes": 0, "dirs": 0}, {"files": 0, "bytes": 0, "dirs": 0}
     for e in list(os.scandir(rootfd)):
-        target = acc if want(e.name) else rest
-        try:
-            st = e.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            if st.st_dev != dev:
-                continue
-            target["dirs"] += 1
-            try:
-                sub = os.open(e.name, FLAGS, dir_fd=rootfd)
-            except OSError:
-                continue
-            try:
-                tally(sub, root + "/" + e.name, target)
-            finally:
-                os.close(sub)
-        else:
-            target["files"] += 1
-            if stat.S_ISREG(st.st_mode):
-                target["bytes"] += st.st_size
+        add(rootfd, e, root, acc if want(e.name) else rest)
     return acc, rest
 def remove(dfd, name, rel):
     try:
