@@ -97,6 +97,9 @@ def test_dry_run_changes_nothing(sim: Callable[..., SimCluster]) -> None:
 def test_hostile_roots_delete_nothing_outside_the_tier(sim: Callable[..., SimCluster], tmp_path: Path) -> None:
     refused = {"empty": "", "slash": "/", "relative": "relative/dir", "dotdot": "/mnt/../etc", "shm": "/dev/shm"}
     odd = {"canary": "/mnt/files-storage/$(touch /tmp/kvreset-canary)",
+           # canaries a shell would leave on storage that outlives the exec (the pod's /dev/shm, the PVC)
+           "canary-shm": "/mnt/files-storage/$(touch /dev/shm/kvreset-canary)",
+           "canary-pvc": "/mnt/files-storage/x`touch /mnt/files-storage/kvreset-canary`",
            "quotes": "/mnt/files-storage/it's \"quoted\" `x`",
            "spaces": "/mnt/files-storage/with  spaces ; rm -rf /",
            "newline": "/mnt/files-storage/new\nline"}
@@ -130,7 +133,10 @@ def test_hostile_roots_delete_nothing_outside_the_tier(sim: Callable[..., SimClu
     assert after["keep"]["fs_tier_files"] == before["keep"]["fs_tier_files"]
     for owner, pod in before.items():
         assert after[owner]["shm_files"] == pod["shm_files"], owner
+    for name in refused:  # a refused root deleted nothing
+        assert after[f"bad-{name}"]["fs_tier_files"] == before[f"bad-{name}"]["fs_tier_files"], name
     assert not CANARY.exists()
+    # every pod's /dev/shm and every PVC live under the simulator's state dir
     assert not list(cluster.tmp.rglob("kvreset-canary"))
 
 

@@ -53,14 +53,21 @@ def test_tiered_023_without_fallback_reports_cpu_not_emptied(sim) -> None:
     for r in rows:
         assert r["cpu"] == "left" and r["fs"] == "emptied" and r["result"] == "partial"
         assert any(item["tier"] == "cpu" and item["remedy"] == "--fallback=restart" for item in r["left"])
+    for _pod, st in vllm_states(cluster):  # reported left: really still full
+        assert st["offload_cpu_blocks"] > 0 and st["prefix_cache_blocks"] == 0
 
 
 def test_tiered_023_with_restart_is_clear_fs_then_restart(sim) -> None:
     cluster = sim([fixture_file("05")], namespace=NS, dev_mode="on", vllm_version="0.23.0")
+    before = cluster.live_pods()
+    generation = cluster.api(f"/apis/apps/v1/namespaces/{NS}/deployments/gpu-vllm-decode")["metadata"]["generation"]
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--dry-run", "--fallback=restart")
     assert code == 0, err
     assert rows and all(r["steps"] == ["clear-fs /mnt/files-storage", f"restart {TIERED_OWNER}"] for r in rows), rows
     assert all(st["reset_calls"] == 0 for _, st in vllm_states(cluster))
+    after_dry = cluster.live_pods()  # the dry run changed nothing
+    assert [(p["name"], p["fs_tier_files"]) for p in after_dry] == [(p["name"], p["fs_tier_files"]) for p in before]
+    assert cluster.api(f"/apis/apps/v1/namespaces/{NS}/deployments/gpu-vllm-decode")["metadata"]["generation"] == generation
     old = {p["name"] for p in cluster.live_pods()}
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--fallback=restart", "--timeout", "60s")
     assert code == 0, (err, rows)

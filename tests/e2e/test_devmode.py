@@ -61,6 +61,22 @@ def live_vllm_pods(cluster: Any) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("prefix", ["01", "02", "03", "05", "06"])
+def test_enable_as_the_fixtures_ship(sim: Any, prefix: str) -> None:
+    """The fixtures as they ship: an env list without the variable (or no env at all)."""
+    cluster = sim([fixture_file(prefix)], namespace=NS, scenario=SMALL)
+    assert all(e == [] for o in vllm_owner_objs(cluster) for e in dev_entries(o))
+    code, rows, err = cluster.run_json("devmode", "--enable", "-n", NS, "--all")
+    assert code == 0, (err, rows)
+    assert {r["result"] for r in rows} == {"enabled"}
+    for obj in vllm_owner_objs(cluster):
+        assert all(e == [{"name": VAR, "value": "1"}] for e in dev_entries(obj)), obj["metadata"]["name"]
+    pods = live_vllm_pods(cluster)
+    assert pods and all(p["ready"] and p["env"].get(VAR) == "1" for p in pods)
+    code, rows, err = cluster.run_json("devmode", "--enable", "-n", NS, "--all")
+    assert code == 0 and {r["result"] for r in rows} == {"unchanged"}, (err, rows)
+
+
+@pytest.mark.parametrize("prefix", ["01", "02", "03", "05", "06"])
 def test_enable_fixes_true_once_then_nothing_then_disable(sim: Any, prefix: str) -> None:
     cluster = sim([fixture_file(prefix)], namespace=NS, dev_mode="invalid", scenario=SMALL)
     code, rows, err = cluster.run_json("devmode", "-n", NS)
