@@ -18,10 +18,13 @@ from .options import (
     handle_errors,
     info,
     kube_flags,
+    model_only_option,
     output_option,
     parallel,
+    rollout_timeout_option,
     target_options,
     transport_option,
+    yes_option,
 )
 
 
@@ -48,11 +51,10 @@ from .options import (
               help="The disruptive step allowed for tiers only replacing pods empties (a CPU tier the version's API "
                    "reset leaves, or dev mode off): restart the owner, or turn dev mode on (a rollout). "
                    "Default: none, except that a terminal offers the choice.")
-@click.option("--timeout", default="300s", show_default=True, metavar="DURATION",
-              help="How long to wait for a restart or dev-mode rollout to complete.")
-@click.option("--model-only", is_flag=True, help="clear-fs step: delete only the served model's directories in an FS tier.")
+@rollout_timeout_option("How long to wait for a restart or dev-mode rollout to complete.")
+@model_only_option("clear-fs step: delete only the served model's directories in an FS tier.")
 @click.option("--dry-run", is_flag=True, help="Print each pod's plan (steps, tiers emptied and left); change nothing.")
-@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation on a terminal.")
+@yes_option
 @output_option
 @concurrency_option
 @transport_option

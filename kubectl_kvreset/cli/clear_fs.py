@@ -18,9 +18,11 @@ from .options import (
     handle_errors,
     info,
     kube_flags,
+    model_only_option,
     output_option,
     parallel,
     target_options,
+    yes_option,
 )
 
 if TYPE_CHECKING:
@@ -45,12 +47,11 @@ if TYPE_CHECKING:
     ),
 )
 @target_options
-@click.option("--model-only", is_flag=True,
-              help="Delete only the served model's directories (<model>_<hash12> and <model>_<hash12>_r<N>).")
+@model_only_option("Delete only the served model's directories (<model>_<hash12> and <model>_<hash12>_r<N>).")
 @click.option("--timeout", "exec_timeout", default="120s", show_default=True, metavar="DURATION",
-              help="Bound on each exec in a pod; a deletion cut short is reported as not emptied.")
+              help="Bound on each exec in a pod; a deletion cut short is reported as failed (not emptied).")
 @click.option("--dry-run", is_flag=True, help="Print one row per volume (what would be emptied); change nothing.")
-@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation on a terminal.")
+@yes_option
 @output_option
 @concurrency_option
 @kube_flags

@@ -7,7 +7,17 @@ from typing import Any
 
 import click
 
-from .options import EXIT_CODES_HELP, emit, handle_errors, info, kube_flags, output_option, target_options
+from .options import (
+    EXIT_CODES_HELP,
+    emit,
+    handle_errors,
+    info,
+    kube_flags,
+    output_option,
+    rollout_timeout_option,
+    target_options,
+    yes_option,
+)
 
 
 @click.command(
@@ -31,9 +41,8 @@ from .options import EXIT_CODES_HELP, emit, handle_errors, info, kube_flags, out
 @click.option("--disable", is_flag=True, help="Remove VLLM_SERVER_DEV_MODE (pods are replaced).")
 @click.option("--ignore-owner", is_flag=True,
               help="Patch even when a controller or GitOps tool manages the owner (it may revert the patch).")
-@click.option("--timeout", default="300s", show_default=True, metavar="DURATION",
-              help="How long to wait for each owner's rollout.")
-@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation on a terminal.")
+@rollout_timeout_option("How long to wait for each owner's rollout.")
+@yes_option
 @output_option
 @kube_flags
 @handle_errors

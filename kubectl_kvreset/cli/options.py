@@ -78,6 +78,21 @@ def concurrency_option(fn: F) -> F:
                         help="Calls in flight at once.")(fn)
 
 
+def yes_option(fn: F) -> F:
+    """``-y/--yes``: do not ask on a terminal (the confirmation table of the README)."""
+    return click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation on a terminal.")(fn)
+
+
+def rollout_timeout_option(help_text: str) -> Callable[[F], F]:
+    """``--timeout DURATION`` (default 300s) bounding a rollout wait, with the command's own help."""
+    return click.option("--timeout", default="300s", show_default=True, metavar="DURATION", help=help_text)
+
+
+def model_only_option(help_text: str) -> Callable[[F], F]:
+    """``--model-only``: FS-tier deletion limited to the served model's directories."""
+    return click.option("--model-only", is_flag=True, help=help_text)
+
+
 def transport_option(fn: F) -> F:
     """``--transport auto|proxy|exec|port-forward``: how requests reach the pods."""
     return click.option(

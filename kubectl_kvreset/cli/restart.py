@@ -7,7 +7,17 @@ from typing import Any
 
 import click
 
-from .options import EXIT_CODES_HELP, emit, handle_errors, info, kube_flags, output_option, target_options
+from .options import (
+    EXIT_CODES_HELP,
+    emit,
+    handle_errors,
+    info,
+    kube_flags,
+    output_option,
+    rollout_timeout_option,
+    target_options,
+    yes_option,
+)
 
 
 @click.command(
@@ -28,9 +38,8 @@ from .options import EXIT_CODES_HELP, emit, handle_errors, info, kube_flags, out
     ),
 )
 @target_options
-@click.option("--timeout", default="300s", show_default=True, metavar="DURATION",
-              help="How long to wait for each owner's rollout.")
-@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation on a terminal.")
+@rollout_timeout_option("How long to wait for each owner's rollout.")
+@yes_option
 @output_option
 @kube_flags
 @handle_errors

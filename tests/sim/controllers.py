@@ -1100,12 +1100,17 @@ class Cluster:
             rec.running = True
             rec.ready = not rec.crashed
             self.store.update_status(self.t_pod, rec.namespace, rec.name, status)
-            ref = controller_of(pod)
-            if ref is not None:
-                if ref.get("kind") == "ReplicaSet":
-                    self.update_replicaset_status(rec.namespace, ref["name"])
-                elif ref.get("kind") == "LeaderWorkerSet":
-                    self.update_lws_status(rec.namespace, ref["name"])
+            self.update_owner_status(rec.namespace, pod)
+
+    def update_owner_status(self, namespace: str, pod: Obj) -> None:
+        """Refresh the status of the pod's controller (ReplicaSet or LeaderWorkerSet)."""
+        ref = controller_of(pod)
+        if ref is None:
+            return
+        if ref.get("kind") == "ReplicaSet":
+            self.update_replicaset_status(namespace, ref["name"])
+        elif ref.get("kind") == "LeaderWorkerSet":
+            self.update_lws_status(namespace, ref["name"])
 
     def call_at(self, due: float, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the scheduler thread at monotonic time ``due`` (faults use it)."""
@@ -1145,12 +1150,7 @@ class Cluster:
                             s["lastState"] = {"terminated": {"exitCode": 1, "reason": why}}
             rec.ready = ready
             self.store.update_status(self.t_pod, rec.namespace, rec.name, status)
-            ref = controller_of(pod)
-            if ref is not None:
-                if ref.get("kind") == "ReplicaSet":
-                    self.update_replicaset_status(rec.namespace, ref["name"])
-                elif ref.get("kind") == "LeaderWorkerSet":
-                    self.update_lws_status(rec.namespace, ref["name"])
+            self.update_owner_status(rec.namespace, pod)
 
     def running_status(self, pod: Obj, rec: PodRecord) -> dict[str, Any]:
         """The ``status`` of a started pod: phase Running, pod IP, container statuses; a crashed
