@@ -66,9 +66,11 @@ unit: $(BIN)/.ready
 demo: $(BIN)/.ready $(ZIPAPP)
 	$(BIN)/python -m tests.demo
 
+# ruff, mypy strict, and the import layers contract (setup.cfg [importlinter]).
 lint: $(BIN)/.ready
 	$(BIN)/ruff check kubectl_kvreset tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Start-up and `clear --all` (8, 64, 256 pods) against kubectl and the manual procedure on the
 # simulated cluster; prints one table (README "Performance"). About 3 minutes on 2 cores.

@@ -24,14 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .discovery import DEV_MODE_ENV, pod_env
+from .pods import DEV_MODE_ENV, pod_env
 from .servecmd import ServeCommandError, parse_container
-
-if TYPE_CHECKING:
-    from .discovery import Owner
-    from .rollout import DevModeResult
 
 __all__ = [
     "DEV_MODE_ENV",
@@ -47,7 +43,6 @@ __all__ = [
     "managing_controllers",
     "owner_templates",
     "read_template_dev_mode",
-    "set_dev_mode",
     "vllm_accepts",
 ]
 
@@ -399,15 +394,3 @@ def _marker_name(key: str, value: str, marks: Mapping[str, str]) -> str:
 def blocking(managers: Sequence[Manager]) -> list[Manager]:
     """The managers that would revert a patch (``reverts`` True)."""
     return [m for m in managers if m.reverts]
-
-
-def set_dev_mode(kube: Any, namespace: str, owner: Owner, *, enable: bool, ignore_owner: bool = False,
-                 timeout_s: float, progress: Callable[[str], None] | None = None,
-                 role: str | None = None) -> DevModeResult:
-    """Patch and wait: the one function here that does I/O, kept as a delegate to
-    :func:`kubectl_kvreset.rollout.set_dev_mode` (see it for behaviour and results) so that
-    callers may import it from either module."""
-    from .rollout import set_dev_mode as apply
-
-    return apply(kube, namespace, owner, enable=enable, ignore_owner=ignore_owner, timeout_s=timeout_s,
-                 progress=progress, role=role)

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .discovery import VllmPod
     from .kube import ExecResult, Kube
+    from .pods import VllmPod
 
 __all__ = [
     "CLEAR_SCRIPT",

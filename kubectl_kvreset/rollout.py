@@ -57,8 +57,8 @@ from .devmode import (
     owner_templates,
     read_template_dev_mode,
 )
-from .discovery import Owner
 from .kube import KubeApiError, KubeConnectionError, KubeError, resource_path
+from .pods import Owner
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

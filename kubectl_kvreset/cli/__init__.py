@@ -11,18 +11,10 @@ from typing import Any
 import click
 
 from .. import __version__
+from .commands import COMMANDS
 from .options import EXIT_CODES_HELP
 
-#: name -> (module, short help). The short help is here so that listing commands imports nothing.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "detect": ("detect", "List the vLLM server pods: owner, role, container, API ports, version, dev mode, tiers."),
-    "clear": ("clear", "Empty the KV cache tiers of the targeted vLLM pods and say what was left."),
-    "clear-fs": ("clear_fs", "Empty the FS offload tier of the targeted vLLM pods, once per backing volume."),
-    "devmode": ("devmode", "Show, enable or disable vLLM's dev mode (VLLM_SERVER_DEV_MODE) per owner."),
-    "restart": ("restart", "Restart the owners of the targeted vLLM pods (prefill first) and wait for the rollout."),
-    "metrics": ("metrics", "Show KV-cache usage and prefix-cache hit counters per pod, port and engine."),
-}
-
+__all__ = ["COMMANDS", "LazyGroup", "cli", "main"]
 
 class LazyGroup(click.Group):
     """A group whose sub-commands are imported on first use (click's documented lazy-loading
@@ -84,7 +76,7 @@ def main(argv: list[str] | None = None) -> Any:
     """
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] in ("__complete", "__completeNoDesc"):
-        from ..completion import main as complete_main
+        from .complete import main as complete_main
 
-        return complete_main(args)
+        return complete_main(cli, args)
     return cli.main(args=args, prog_name=_prog_name())

@@ -1,0 +1,455 @@
+"""What a pod object says about the vLLM server it runs: owner, role, container, API ports, dev
+mode and tiers; and which pods a target (owners, ``--all``, a selector) names. Pure: pod dicts
+in, frozen dataclasses out; no I/O (:mod:`kubectl_kvreset.discovery` lists the pods).
+
+A pod is a vLLM server when one of its containers runs ``vllm serve`` (or the OpenAI API
+server module), read from the container's command, args and env by :mod:`servecmd`. Labels
+only say which llm-d era and role a pod belongs to; they never decide on their own, because
+the EPP scheduler, the tokenizer render pods (``vllm launch render``) and the requester pods
+of the dual-pod mode carry llm-d labels or vLLM images too (llm-d
+``guides/precise-prefix-cache-routing/render/deployment.yaml``, llm-d-modelservice
+``examples/output-requester.yaml``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .servecmd import ServeCommandError, ServeConfig, parse_container
+from .tiers import KVLayout, layout_from_serve
+
+#: Pod labels by which llm-d and its neighbours mark vLLM server pods, per era
+#: (llm-d ``guides/**``, llm-d-modelservice ``_helpers.tpl``, KServe ``workload_single_node.go``).
+SERVING_LABELS: tuple[tuple[str, str | None], ...] = (
+    ("llm-d.ai/inferenceServing", "true"),
+    ("llm-d.ai/inference-serving", "true"),
+    ("llm-d.ai/engine-type", "vllm"),
+    ("inference.networking.k8s.io/engine-type", "vllm"),
+    ("llm-d.ai/role", None),
+    ("app.kubernetes.io/part-of", "llminferenceservice"),
+    ("kserve.io/component", "workload"),
+    ("app.kubernetes.io/component", "vllm"),
+)
+
+#: Role labels, first match wins (llm-d ``llm-d.ai/role``; legacy ``llm-d.io/role``).
+ROLE_LABELS = ("llm-d.ai/role", "llm-d.io/role")
+
+#: Images of the llm-d routing sidecar that fronts decode pods (llmd research §2.4).
+_SIDECAR_IMAGE = re.compile(r"(routing-sidecar|disagg-sidecar|pd-sidecar)", re.I)
+
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The workload that owns a pod, as kubectl names it: ``kind`` (``Deployment``,
+    ``LeaderWorkerSet``, ``ReplicaSet``, ``StatefulSet``, ``Pod`` for a bare pod) and ``name``."""
+
+    kind: str
+    name: str
+
+    def ref(self) -> str:
+        """``deployment/NAME`` as kubectl writes it (kind lower-cased)."""
+        return f"{self.kind.lower()}/{self.name}"
+
+
+@dataclass(frozen=True)
+class DevMode:
+    """``VLLM_SERVER_DEV_MODE`` of the vLLM container as the pod spec sets it.
+
+    ``value`` is the literal env value (None when unset or not a literal); ``source`` is
+    ``env``, ``valueFrom`` or ``envFrom`` (None when unset); ``accepted`` says whether vLLM
+    would start with it: vLLM evaluates ``bool(int(value))`` at start-up (``vllm/envs.py``), so
+    ``"true"`` or ``""`` crash the server (None when unknown); ``enabled`` is True only for a
+    literal that parses to a non-zero integer.
+    """
+
+    value: str | None
+    source: str | None
+    accepted: bool | None
+    enabled: bool
+
+    def describe(self) -> str:
+        """Short text for a table cell: ``on``, ``off``, ``off (unset)`` (not in the spec: off
+        unless the image sets it), ``invalid ("true": ...)``, ``unknown (valueFrom)``."""
+        if self.source is None:
+            return "off (unset)"
+        if self.source != "env":
+            return f"unknown ({self.source})"
+        if self.accepted is False:
+            return f"invalid ({self.value!r}: vLLM will not start)"
+        return "on" if self.enabled else "off"
+
+
+def read_dev_mode(container: Mapping[str, Any]) -> DevMode:
+    """Read ``VLLM_SERVER_DEV_MODE`` from a container spec (last ``env`` entry wins, as the
+    kubelet applies them in order; ``envFrom`` only when no ``env`` entry names it)."""
+    found: Mapping[str, Any] | None = None
+    for entry in container.get("env") or []:
+        if entry.get("name") == DEV_MODE_ENV:
+            found = entry
+    if found is None:
+        if container.get("envFrom"):
+            return DevMode(None, "envFrom", None, False)
+        return DevMode(None, None, True, False)
+    if "valueFrom" in found:
+        return DevMode(None, "valueFrom", None, False)
+    value = str(found.get("value", ""))
+    try:
+        number = int(value)
+    except ValueError:
+        return DevMode(value, "env", False, False)
+    return DevMode(value, "env", True, number != 0)
+
+
+@dataclass(frozen=True)
+class ApiPort:
+    """One vLLM API server port of a pod: ``port`` number, ``scheme`` (``http``/``https``)
+    and ``front`` (the routing sidecar port that forwards to it, if any)."""
+
+    port: int
+    scheme: str = "http"
+    front: int | None = None
+
+
+@dataclass(frozen=True)
+class VllmPod:
+    """Everything discovery knows about one vLLM server pod, from its spec alone."""
+
+    namespace: str
+    name: str
+    uid: str
+    owner: Owner
+    role: str | None
+    container: str
+    image: str
+    ports: tuple[ApiPort, ...]
+    serve: ServeConfig
+    layout: KVLayout
+    dev_mode: DevMode
+    phase: str
+    ready: bool
+    labels: Mapping[str, str]
+    matched_by: str
+    sidecar: str | None = None
+    notes: tuple[str, ...] = ()
+    version: str | None = field(default=None, compare=False)
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The pod object as the API returned it (spec.volumes, volumeMounts, status)."""
+
+
+def pod_env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, str]:
+    """The container's environment as far as the pod spec tells it.
+
+    Literal ``value`` entries (with Kubernetes' ``$(VAR)`` expansion of earlier entries) and
+    ``fieldRef`` to the pod's name, namespace, uid, IP, node and service account. ConfigMap and
+    Secret references are not read here (they need API calls and permissions).
+    """
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    spec = pod.get("spec") or {}
+    fields = {
+        "metadata.name": meta.get("name", ""),
+        "metadata.namespace": meta.get("namespace", ""),
+        "metadata.uid": meta.get("uid", ""),
+        "status.podIP": status.get("podIP", ""),
+        "status.hostIP": status.get("hostIP", ""),
+        "spec.nodeName": spec.get("nodeName", ""),
+        "spec.serviceAccountName": spec.get("serviceAccountName", ""),
+    }
+    env: dict[str, str] = {}
+    for entry in container.get("env") or []:
+        name = entry.get("name")
+        if not name:
+            continue
+        if "value" in entry:
+            env[name] = expand_k8s_refs(str(entry.get("value") or ""), env)
+        elif "valueFrom" in entry:
+            ref = (entry["valueFrom"] or {}).get("fieldRef") or {}
+            path = ref.get("fieldPath", "")
+            if path in fields:
+                env[name] = str(fields[path])
+            else:
+                m = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
+                if m:
+                    env[name] = str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
+    return env
+
+
+def expand_k8s_refs(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion (``k8s.io/kubernetes/third_party/forked/golang/expansion``):
+    a defined ``$(VAR)`` is replaced, an undefined one kept literally, ``$$`` escapes ``$``."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif text.startswith("$(", i):
+            end = text.find(")", i + 2)
+            if end == -1:
+                out.append(text[i:])
+                break
+            name = text[i + 2:end]
+            out.append(env[name] if name in env else text[i:end + 1])
+            i = end + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def pod_role(labels: Mapping[str, str]) -> str | None:
+    """The prefill/decode role from pod labels: ``llm-d.ai/role`` (llm-d), legacy
+    ``llm-d.io/role``, else a KServe component suffix (``...-workload-prefill``)."""
+    for key in ROLE_LABELS:
+        if labels.get(key):
+            return labels[key]
+    component = labels.get("app.kubernetes.io/component", "")
+    for role in ("prefill", "decode"):
+        if component.endswith("-" + role) or f"-{role}-" in component:
+            return role
+    return None
+
+
+def pod_owner(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None = None) -> Owner:
+    """The workload owning a pod. A ReplicaSet owner is followed to its Deployment through
+    ``rs_owners`` (ReplicaSet name -> owner); LeaderWorkerSet pods are recognised by the
+    ``leaderworkerset.sigs.k8s.io/name`` label LWS puts on them (its StatefulSets sit between)."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    lws = labels.get("leaderworkerset.sigs.k8s.io/name")
+    if lws:
+        return Owner("LeaderWorkerSet", lws)
+    refs = meta.get("ownerReferences") or []
+    ctrl = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+    if ctrl is None:
+        return Owner("Pod", meta.get("name", ""))
+    kind, name = str(ctrl.get("kind", "")), str(ctrl.get("name", ""))
+    if kind == "ReplicaSet" and rs_owners and name in rs_owners:
+        return rs_owners[name]
+    return Owner(kind, name)
+
+
+def matched_label(labels: Mapping[str, str]) -> str | None:
+    """The first llm-d/KServe serving label the pod carries, as ``key=value``, or None."""
+    for key, value in SERVING_LABELS:
+        if key in labels and (value is None or labels[key] == value):
+            return f"{key}={labels[key]}"
+    return None
+
+
+def _is_ready(pod: Mapping[str, Any]) -> bool:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def _sidecar(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    candidates: list[Mapping[str, Any]] = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    candidates += list(spec.get("containers") or [])
+    for c in candidates:
+        if _SIDECAR_IMAGE.search(str(c.get("image", ""))) or c.get("name") in ("routing-proxy", "llm-d-routing-sidecar"):
+            return c
+    return None
+
+
+def _sidecar_ports(sidecar: Mapping[str, Any]) -> dict[int, int]:
+    """vLLM port -> sidecar front port, from the sidecar's ``--port``/``--vllm-port``/
+    ``--data-parallel-size`` flags (llm-d-router ``pkg/sidecar/proxy/options.go``; default
+    vLLM port 8200 since llm-d-router PR #1723)."""
+    opts: dict[str, str] = {}
+    argv = [str(a) for a in (sidecar.get("command") or []) + (sidecar.get("args") or [])]
+    for i, arg in enumerate(argv):
+        if not arg.startswith("-"):
+            continue
+        key, eq, value = arg.lstrip("-").partition("=")
+        if not eq and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            value = argv[i + 1]
+        opts[key.replace("_", "-")] = value
+    try:
+        front = int(opts.get("port", "8000"))
+        back = int(opts.get("vllm-port", "8200"))
+        n = int(opts.get("data-parallel-size", "1"))
+    except ValueError:
+        return {}
+    return {back + i: front + i for i in range(max(n, 1))}
+
+
+def describe_pod(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None = None) -> VllmPod | None:
+    """Describe one pod if it runs a vLLM API server, else None.
+
+    The vLLM container is the first container (never assumed to be ``containers[0]``) whose
+    command line :func:`~kubectl_kvreset.servecmd.parse_container` reads as ``vllm serve`` or
+    the OpenAI API server module. A pod whose command cannot be parsed (bad JSON in a flag) is
+    still described when it carries a serving label, with the error in ``notes``.
+    """
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    notes: list[str] = []
+    chosen: tuple[Mapping[str, Any], ServeConfig] | None = None
+    for container in spec.get("containers") or []:
+        env = pod_env(pod, container)
+        try:
+            cfg = parse_container(container, env)
+        except ServeCommandError as exc:
+            notes.append(f"container {container.get('name')}: {exc}")
+            continue
+        if cfg is not None:
+            chosen = (container, cfg)
+            break
+    if chosen is None:
+        return None
+    container, cfg = chosen
+    env = pod_env(pod, container)
+    layout = layout_from_serve(cfg, env)
+    sidecar = _sidecar(spec)
+    fronts = _sidecar_ports(sidecar) if sidecar is not None else {}
+    ports = tuple(ApiPort(p, cfg.scheme, fronts.get(p)) for p in cfg.api_ports)
+    if cfg.unresolved_vars:
+        notes.append("unresolved variables in the command: " + ", ".join(cfg.unresolved_vars))
+    notes.extend(cfg.notes)
+    status = pod.get("status") or {}
+    return VllmPod(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        owner=pod_owner(pod, rs_owners),
+        role=pod_role(labels),
+        container=str(container.get("name", "")),
+        image=str(container.get("image", "")),
+        ports=ports,
+        serve=cfg,
+        layout=layout,
+        dev_mode=read_dev_mode(container),
+        phase=str(status.get("phase", "Unknown")),
+        ready=_is_ready(pod),
+        labels=dict(labels),
+        matched_by=matched_label(labels) or "command",
+        sidecar=str(sidecar.get("name")) if sidecar is not None else None,
+        notes=tuple(notes),
+        raw=pod,
+    )
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What the user asked to act on: every vLLM pod (``all``), a label ``selector``, and/or
+    ``owners`` written as kubectl writes them (``deployment/NAME``, ``leaderworkerset/NAME``;
+    a bare name means a Deployment)."""
+
+    all: bool = False
+    selector: str | None = None
+    owners: tuple[str, ...] = ()
+
+    def is_empty(self) -> bool:
+        """True when nothing was named (the CLI then refuses with a usage error)."""
+        return not (self.all or self.selector or self.owners)
+
+
+_KIND_ALIASES = {
+    "deployment": "Deployment", "deployments": "Deployment", "deploy": "Deployment",
+    "leaderworkerset": "LeaderWorkerSet", "leaderworkersets": "LeaderWorkerSet", "lws": "LeaderWorkerSet",
+    "statefulset": "StatefulSet", "statefulsets": "StatefulSet", "sts": "StatefulSet",
+    "replicaset": "ReplicaSet", "replicasets": "ReplicaSet", "rs": "ReplicaSet",
+    "pod": "Pod", "pods": "Pod", "po": "Pod",
+}
+
+
+class TargetError(ValueError):
+    """An owner reference the user wrote cannot be read, or names nothing in the namespace."""
+
+
+def parse_owner_ref(text: str) -> Owner:
+    """Read ``deployment/NAME``, ``deploy/NAME``, ``lws/NAME``, ``pod/NAME`` or a bare NAME
+    (a Deployment), as kubectl's resource/name arguments.
+
+    Raises:
+        TargetError: an unknown kind or an empty name; the message lists the kinds accepted.
+    """
+    kind, slash, name = text.partition("/")
+    if not slash:
+        kind, name = "deployment", text
+    canonical = _KIND_ALIASES.get(kind.lower().split(".", 1)[0])
+    if canonical is None or not name:
+        raise TargetError(
+            f"cannot read target {text!r}: write deployment/NAME, leaderworkerset/NAME, pod/NAME or a Deployment name"
+        )
+    return Owner(canonical, name)
+
+
+def select(pods: Sequence[VllmPod], targets: Targets) -> list[VllmPod]:
+    """The pods the targets name. ``all`` and ``selector`` (already applied server-side) keep
+    every pod; owners keep pods whose owner (or own name, for ``pod/NAME``) matches.
+
+    Raises:
+        TargetError: an owner names no vLLM pod (the message names it and how to list them).
+    """
+    if targets.all or (targets.selector and not targets.owners):
+        return list(pods)
+    wanted = [parse_owner_ref(o) for o in targets.owners]
+    chosen: list[VllmPod] = []
+    for owner in wanted:
+        hits = [p for p in pods if p.owner == owner or (owner.kind == "Pod" and p.name == owner.name)]
+        if not hits:
+            raise TargetError(
+                f"{owner.ref()} has no vLLM server pods in scope: check the name and namespace "
+                "(kubectl kvreset detect --all lists them)"
+            )
+        chosen.extend(p for p in hits if p not in chosen)
+    return chosen
+
+
+_PAIR_IGNORED = {"pod-template-hash", "llm-d.ai/role", "llm-d.io/role", "app.kubernetes.io/component"}
+
+
+def missing_pair_roles(targeted: Sequence[VllmPod], universe: Sequence[VllmPod]) -> list[tuple[Owner, Owner]]:
+    """Prefill/decode owners whose partner is not targeted.
+
+    Two owners form a pair when their pods' labels are equal except the role labels and the
+    controller's own labels, and their roles differ. Returns ``(targeted_owner, other_owner)``.
+    """
+    def signature(p: VllmPod) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted((k, v) for k, v in p.labels.items()
+                            if k not in _PAIR_IGNORED and not k.startswith("leaderworkerset.sigs.k8s.io/")))
+
+    targeted_owners = {(p.namespace, p.owner) for p in targeted}
+    out: list[tuple[Owner, Owner]] = []
+    seen: set[tuple[Owner, Owner]] = set()
+    for p in targeted:
+        for q in universe:
+            if (q.namespace, q.owner) in targeted_owners or q.namespace != p.namespace:
+                continue
+            if p.role and q.role and p.role != q.role and signature(p) == signature(q):
+                pair = (p.owner, q.owner)
+                if pair not in seen:
+                    seen.add(pair)
+                    out.append(pair)
+    return out
+
+
+def replicaset_owners(replicasets: Iterable[Mapping[str, Any]]) -> dict[str, Owner]:
+    """ReplicaSet name -> the controller that owns it (a Deployment), from a ReplicaSet list."""
+    out: dict[str, Owner] = {}
+    for rs in replicasets:
+        meta = rs.get("metadata") or {}
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("controller"):
+                out[meta.get("name", "")] = Owner(str(ref.get("kind")), str(ref.get("name")))
+    return out
+
+
+def deployment_from_replicaset_name(rs_name: str, labels: Mapping[str, str]) -> Owner | None:
+    """The Deployment owning a ReplicaSet, read from names alone: the Deployment controller
+    names a ReplicaSet ``<deployment>-<pod-template-hash>`` and labels its pods with that hash
+    (``k8s.io/kubernetes/pkg/controller/deployment/sync.go``). None when the name does not
+    have that shape (a bare ReplicaSet)."""
+    template_hash = labels.get("pod-template-hash")
+    if template_hash and rs_name.endswith("-" + template_hash):
+        return Owner("Deployment", rs_name[: -len(template_hash) - 1])
+    return None
