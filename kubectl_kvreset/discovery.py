@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .kube import KubeApiError
+from .kube import Kube, KubeApiError
 from .pods import (
     DEV_MODE_ENV,
     ROLE_LABELS,
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 
-def discover(kube: Any, namespace: str | None, *, selector: str | None = None) -> list[VllmPod]:
+def discover(kube: Kube, namespace: str | None, *, selector: str | None = None) -> list[VllmPod]:
     """List pods (one namespace, or all when ``namespace`` is None) and describe the vLLM ones.
 
     API requests: one pod list, plus one ReplicaSet list per namespace holding ReplicaSet-owned
@@ -71,7 +71,7 @@ def discover(kube: Any, namespace: str | None, *, selector: str | None = None) -
                 raise
             inferred.add(ns)  # no right to list ReplicaSets: read the Deployment from the names
     result: list[VllmPod] = []
-    for pod, described in found:
+    for obj, described in found:
         if described.owner.kind == "ReplicaSet":
             if described.namespace in inferred:
                 owner = deployment_from_replicaset_name(described.owner.name, described.labels)
@@ -79,7 +79,7 @@ def discover(kube: Any, namespace: str | None, *, selector: str | None = None) -
                     described = replace(described, owner=owner, notes=described.notes + (
                         "owner read from the ReplicaSet's name (no permission to list replicasets)",))
             else:
-                described = replace(described, owner=pod_owner(pod, rs_owners_by_ns.get(described.namespace)))
+                described = replace(described, owner=pod_owner(obj, rs_owners_by_ns.get(described.namespace)))
         result.append(described)
     result.sort(key=lambda p: (p.namespace, p.owner.kind, p.owner.name, p.name))
     return result

@@ -57,7 +57,7 @@ from .devmode import (
     owner_templates,
     read_template_dev_mode,
 )
-from .kube import KubeApiError, KubeConnectionError, KubeError, resource_path
+from .kube import Kube, KubeApiError, KubeConnectionError, KubeError, resource_path
 from .pods import Owner
 
 __all__ = [
@@ -395,7 +395,7 @@ def _resource(owner: Owner) -> tuple[str, str]:
     return res
 
 
-def _get(kube: Any, namespace: str, owner: Owner) -> dict[str, Any]:
+def _get(kube: Kube, namespace: str, owner: Owner) -> dict[str, Any]:
     gv, plural = _resource(owner)
     obj: dict[str, Any] = kube.get_object(gv, plural, namespace, owner.name)
     obj.setdefault("kind", owner.kind)
@@ -409,7 +409,7 @@ def _object_path(namespace: str, owner: Owner) -> str:
     return resource_path(gv, plural, namespace) + "/" + quote(owner.name, safe="")
 
 
-def _owner_pods(kube: Any, namespace: str, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _owner_pods(kube: Kube, namespace: str, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The pods of a Deployment (its ``matchLabels``) or LeaderWorkerSet (its name label)."""
     selector = _selector(obj)
     if selector is None:
@@ -428,7 +428,7 @@ def _selector(obj: Mapping[str, Any]) -> str | None:
 PatchBuilder = Callable[[Mapping[str, Any]], "tuple[Any, str] | None"]
 
 
-def _patch(kube: Any, namespace: str, owner: Owner, obj: Mapping[str, Any], build: PatchBuilder) -> dict[str, Any] | None:
+def _patch(kube: Kube, namespace: str, owner: Owner, obj: Mapping[str, Any], build: PatchBuilder) -> dict[str, Any] | None:
     """Send the patch ``build(obj)`` returns (body, content type); None when it returns None.
 
     On a 5xx, a 409/422 (a ``test`` failed: the object changed since it was read) or no answer
@@ -474,7 +474,7 @@ def _patch(kube: Any, namespace: str, owner: Owner, obj: Mapping[str, Any], buil
     return answer
 
 
-def wait_rollout(kube: Any, namespace: str, owner: Owner, *, generation: int | None, old_uids: Iterable[str] = (),
+def wait_rollout(kube: Kube, namespace: str, owner: Owner, *, generation: int | None, old_uids: Iterable[str] = (),
                  timeout_s: float, progress: Progress | None = None, poll_s: float = POLL_S,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> RolloutState:
     """Poll the owner (and, for a LeaderWorkerSet, its pods) every ``poll_s`` seconds until its
@@ -525,7 +525,7 @@ def wait_rollout(kube: Any, namespace: str, owner: Owner, *, generation: int | N
     return state
 
 
-def _pod_uids(kube: Any, namespace: str, obj: Mapping[str, Any]) -> frozenset[str]:
+def _pod_uids(kube: Kube, namespace: str, obj: Mapping[str, Any]) -> frozenset[str]:
     if obj.get("kind") != "LeaderWorkerSet":
         return frozenset()
     return frozenset(str((p.get("metadata") or {}).get("uid")) for p in _owner_pods(kube, namespace, obj))
@@ -548,7 +548,7 @@ def _generation(obj: Mapping[str, Any]) -> int | None:
 # --------------------------------------------------------------------------------------------
 
 
-def restart_owner(kube: Any, namespace: str, owner: Owner, role: str | None = None, *, timeout_s: float,
+def restart_owner(kube: Kube, namespace: str, owner: Owner, role: str | None = None, *, timeout_s: float,
                   progress: Progress | None = None, clock: Callable[[], float] = time.monotonic) -> RestartResult:
     """Restart one Deployment or LeaderWorkerSet and wait for its rollout (see the module
     docstring for the patches and completion rules).
@@ -597,7 +597,7 @@ def restart_owner(kube: Any, namespace: str, owner: Owner, role: str | None = No
     return RestartResult(namespace, owner, role, "timeout" if state.timed_out else "failed", state.message, seconds)
 
 
-def detect_schedulers(kube: Any, namespace: str) -> list[str]:
+def detect_schedulers(kube: Kube, namespace: str) -> list[str]:
     """``deployment/NAME`` of every llm-d scheduler (EPP) Deployment in ``namespace``, known by
     its image (``llm-d-inference-scheduler``, ``llm-d-router``, the inference extension's
     ``epp``). An empty list when there is none or the list is not permitted."""
@@ -650,7 +650,7 @@ def run_phased(owners: Sequence[Triple], act: Callable[[str, Owner, str | None],
     return results
 
 
-def restart_owners(kube: Any, owners: Sequence[tuple[str, Owner, str | None]], *, timeout_s: float,
+def restart_owners(kube: Kube, owners: Sequence[tuple[str, Owner, str | None]], *, timeout_s: float,
                    progress: Callable[[str], None] | None) -> list[RestartResult]:
     """Restart ``(namespace, owner, role)`` owners: prefill first and wait, then decode (only
     where prefill came back), then the rest; owners of one phase in parallel, each wait bounded
@@ -684,7 +684,7 @@ def restart_owners(kube: Any, owners: Sequence[tuple[str, Owner, str | None]], *
 # --------------------------------------------------------------------------------------------
 
 
-def source_lookup(kube: Any, namespace: str) -> Callable[[str, str], Mapping[str, str] | None]:
+def source_lookup(kube: Kube, namespace: str) -> Callable[[str, str], Mapping[str, str] | None]:
     """A :data:`kubectl_kvreset.devmode.SourceLookup` over the API: ConfigMap ``data`` (and
     ``binaryData`` skipped), Secret ``data`` base64-decoded and ``stringData``; None on 404,
     ``PermissionError`` on 403. Answers are cached per (kind, name)."""
@@ -720,7 +720,7 @@ def source_lookup(kube: Any, namespace: str) -> Callable[[str, str], Mapping[str
     return lookup
 
 
-def _readings(kube: Any, namespace: str, obj: Mapping[str, Any]) -> tuple[DevModeReading, ...]:
+def _readings(kube: Kube, namespace: str, obj: Mapping[str, Any]) -> tuple[DevModeReading, ...]:
     lookup = source_lookup(kube, namespace)
 
     def safe(kind: str, name: str) -> Mapping[str, str] | None:
@@ -732,7 +732,7 @@ def _readings(kube: Any, namespace: str, obj: Mapping[str, Any]) -> tuple[DevMod
     return tuple(read_template_dev_mode(ref, safe) for ref in owner_templates(obj))
 
 
-def read_dev_mode(kube: Any, namespace: str, owner: Owner, role: str | None = None,
+def read_dev_mode(kube: Kube, namespace: str, owner: Owner, role: str | None = None,
                   pod: Mapping[str, Any] | None = None) -> DevModeResult:
     """Read the dev mode of an owner's templates (``result`` ``read``), ConfigMaps and Secrets
     included where readable. For a kind other than Deployment/LeaderWorkerSet, ``pod`` (one of
@@ -757,7 +757,7 @@ def read_dev_mode(kube: Any, namespace: str, owner: Owner, role: str | None = No
     return DevModeResult(namespace, owner, role, "status", "read", readings, managers, message)
 
 
-def set_dev_mode(kube: Any, namespace: str, owner: Owner, *, enable: bool, ignore_owner: bool = False,
+def set_dev_mode(kube: Kube, namespace: str, owner: Owner, *, enable: bool, ignore_owner: bool = False,
                  timeout_s: float, progress: Callable[[str], None] | None = None,
                  role: str | None = None) -> DevModeResult:
     """Set ``VLLM_SERVER_DEV_MODE="1"`` (``enable``) or remove it in the vLLM container of every

@@ -12,6 +12,7 @@ import click
 
 from .. import __version__
 from .commands import COMMANDS
+from .flags import kube_flags
 from .options import EXIT_CODES_HELP
 
 __all__ = ["COMMANDS", "LazyGroup", "cli", "main"]
@@ -58,10 +59,15 @@ def _prog_name() -> str:
     ),
 )
 @click.version_option(__version__, "--version", prog_name="kubectl-kvreset", message="%(prog)s %(version)s")
+@kube_flags
 @click.pass_context
-def cli(ctx: click.Context) -> None:
+def cli(ctx: click.Context, /, **_kube_flags: Any) -> None:
     """Empty every KV cache tier of the vLLM servers in a Kubernetes deployment
-    (llm-d, KServe, plain vLLM), so the next benchmark or debugging run starts cold."""
+    (llm-d, KServe, plain vLLM), so the next benchmark or debugging run starts cold.
+
+    kubectl's global flags (below) are accepted before the sub-command too, with the same
+    meaning: `kubectl kvreset -n NS clear --all`. Given on both sides, the value after the
+    sub-command wins (--as-group adds up; -A wins over -n)."""
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
         ctx.exit(0)

@@ -178,8 +178,8 @@ def complete(cli: click.Group, words: Sequence[str], *, lister: Lister | None = 
         if name == "owners":
             return owner_candidates(incomplete, params, lister), DIRECTIVE_NO_FILE_COMP
         return [], DIRECTIVE_NO_FILE_COMP
-    if obj is cli and any(not w.startswith("-") for w in args):
-        return [], DIRECTIVE_NO_FILE_COMP  # an unknown sub-command: nothing to offer
+    if obj is cli and (list(getattr(ctx, "_protected_args", [])) + list(ctx.args)):
+        return [], DIRECTIVE_NO_FILE_COMP  # an unknown sub-command (words left unparsed): nothing to offer
     items = obj.shell_complete(ctx, incomplete)
     out: list[Candidate] = []
     for item in items:

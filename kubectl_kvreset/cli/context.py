@@ -1,48 +1,32 @@
-"""The completed context of a sub-command: a connection, the vLLM pods in scope and the ones
-targeted (kubectl's Complete/Validate phases, ``k8s.io/kubectl/pkg/cmd/...``)."""
+"""The completed context of a sub-command: validated targets, a connection, the vLLM pods in
+scope and the ones targeted (kubectl's Complete/Validate phases, ``k8s.io/kubectl/pkg/cmd/...``).
+Discovery and selection are the job's (:func:`kubectl_kvreset.job.scope.select_targets`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..report import ExitCode
-from .options import fail, flags_from, info
+from .options import INTERRUPTED, fail, flags_from, info
 
+if TYPE_CHECKING:
+    from ..job.scope import Scope
 
-@dataclass
-class RunContext:
-    """``kube``: the connection; ``scope``: the namespace listed (None with ``-A``);
-    ``universe``: every vLLM pod in scope; ``pods``: the targeted ones."""
-
-    kube: Any
-    scope: str | None
-    universe: list[Any]
-    pods: list[Any]
-    caller: Any = None
-
-    @staticmethod
-    def ref(pod: Any) -> Any:
-        """The :class:`~kubectl_kvreset.podapi.PodRef` of a discovered pod."""
-        from ..podapi import PodRef
-
-        return PodRef(pod.namespace, pod.name, pod.container)
-
-
-def complete(params: dict[str, Any], *, default_all: bool, pair_note: bool = True) -> RunContext:
-    """Validate the targets, connect, discover and select.
+def complete(params: dict[str, Any], *, default_all: bool, pair_note: bool = True) -> Scope:
+    """Validate the targets, connect, discover and select; print the selection's notes.
 
     ``default_all``: with no target at all, act on every vLLM pod (read-only commands) instead
     of refusing with a usage error (exit 2). ``pair_note``: say when the targets hold one role
     of a prefill/decode pair (commands that change something).
 
     Raises:
-        SystemExit: 2 on a usage error; the adapter's errors propagate to ``handle_errors``.
+        click.UsageError: bad targets (exit 2); the adapter's errors propagate to ``handle_errors``.
     """
-    from ..discovery import Targets, discover, missing_pair_roles, parse_owner_ref, select
+    from ..job.scope import select_targets
     from ..kube import Kube
+    from ..pods import Targets, parse_owner_ref
 
     targets = Targets(all=bool(params.get("all_targets")), selector=params.get("selector"),
                       owners=tuple(params.get("owners") or ()))
@@ -59,33 +43,24 @@ def complete(params: dict[str, Any], *, default_all: bool, pair_note: bool = Tru
             raise click.UsageError(str(exc)) from exc
     flags = flags_from(params)
     kube = Kube.connect(flags, pool_size=int(params.get("max_concurrency") or 16))
-    scope = None if flags.all_namespaces else kube.namespace
-    universe = discover(kube, scope, selector=targets.selector)
-    pods = select(universe, targets)
-    if targets.selector and targets.owners:
-        pods = [p for p in pods if p in universe]
-    pairs = missing_pair_roles(pods, universe if not targets.selector else discover(kube, scope)) if pair_note else []
-    for mine, other in pairs:
-        info(f"note: {mine.ref()} is one role of a prefill/decode pair; its other role, {other.ref()}, "
-             "is not targeted")
-    from ..podapi import PodCaller, Transports
-    from .options import INTERRUPTED
-
-    caller = PodCaller(kube, Transports(str(params.get("transport") or "auto")), stop=INTERRUPTED.is_set)
-    return RunContext(kube, scope, universe, pods, caller)
+    scope = select_targets(kube, targets, all_namespaces=flags.all_namespaces,
+                           transport=str(params.get("transport") or "auto"), cancel=INTERRUPTED, pair_note=pair_note)
+    for note in scope.notes:
+        info(note)
+    return scope
 
 
-def nothing_found(ctx: RunContext) -> str:
+def nothing_found(ctx: Scope) -> str:
     """The message for a table with no rows: ``No vLLM server pods found in namespace 'x'.``"""
-    where = "any namespace" if ctx.scope is None else f"namespace {ctx.scope!r}"
+    where = "any namespace" if ctx.namespace is None else f"namespace {ctx.namespace!r}"
     return f"No vLLM server pods found in {where}."
 
 
-def exit_if_empty(ctx: RunContext, *, required: bool, output: str = "table") -> None:
+def exit_if_empty(ctx: Scope, *, required: bool, output: str = "table") -> None:
     """Exit 1 when a command that must act found nothing to act on (``[]`` on stdout first for
     json/yaml, so scripts still read a list)."""
     if required and not ctx.pods:
         if output in ("json", "yaml"):
             click.echo("[]")
-        where = "any namespace" if ctx.scope is None else f"namespace {ctx.scope!r}"
+        where = "any namespace" if ctx.namespace is None else f"namespace {ctx.namespace!r}"
         fail(f"no vLLM server pods to act on in {where}", ExitCode.FAILED)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -67,7 +68,7 @@ def command(**params: Any) -> None:
                Column("DEV MODE", "dev_mode"), Column("VALUE", "value"), Column("SOURCE", "source"),
                Column("RESULT", "result"), Column("TEMPLATES", "templates", wide=True),
                Column("MANAGED BY", "managed_by", wide=True), Column("MESSAGE", "message", wide=True)]
-    if ctx.scope is not None:
+    if ctx.namespace is not None:
         columns = columns[1:]
     report = Report("DevMode", columns)
 
@@ -118,7 +119,7 @@ def command(**params: Any) -> None:
     emit(report, params["output"], empty_message="No vLLM server pods targeted.")
 
 
-def _owners(pods: list[Any]) -> list[tuple[str, Any, str | None, Any]]:
+def _owners(pods: Sequence[Any]) -> list[tuple[str, Any, str | None, Any]]:
     """``(namespace, owner, role, raw pod)`` per owner of the pods, in the pods' order."""
     seen: dict[tuple[str, Any], tuple[str, Any, str | None, Any]] = {}
     for pod in pods:

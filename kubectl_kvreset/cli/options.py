@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import functools
 import sys
-import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import click
 
+from ..pool import INFLIGHT_BOUND_S, NOT_RUN, Cancel, NotRun
+from ..pool import parallel as run_parallel
 from ..report import OUTPUT_FORMATS, ExitCode, Report
+from .flags import flags_from, kube_flags, merge_global_flags
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = ["NOT_RUN", "NotRun", "flags_from", "kube_flags"]
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -29,31 +32,6 @@ EXIT_CODES_HELP = (
     "3 done but some result could not be confirmed (vLLM < 0.26 answers an empty 200); "
     "130 interrupted."
 )
-
-
-def kube_flags(fn: F) -> F:
-    """kubectl's global flags: kubeconfig, context, cluster, user, namespace, server, token,
-    certificate authority, TLS skip, request timeout, impersonation, verbosity."""
-    opts = [
-        click.option("--kubeconfig", metavar="PATH", help="Path to the kubeconfig file (default: KUBECONFIG, then ~/.kube/config)."),
-        click.option("--context", metavar="NAME", help="The kubeconfig context to use."),
-        click.option("--cluster", metavar="NAME", help="The kubeconfig cluster to use."),
-        click.option("--user", metavar="NAME", help="The kubeconfig user to use."),
-        click.option("-n", "--namespace", metavar="NS", help="Namespace (default: the context's, else 'default')."),
-        click.option("-A", "--all-namespaces", is_flag=True, help="Act on every namespace."),
-        click.option("-s", "--server", metavar="URL", help="Address of the Kubernetes API server."),
-        click.option("--token", metavar="TOKEN", help="Bearer token for the API server."),
-        click.option("--certificate-authority", metavar="PATH", help="Path to a CA certificate file."),
-        click.option("--insecure-skip-tls-verify", is_flag=True, help="Do not verify the API server's certificate."),
-        click.option("--request-timeout", metavar="DURATION", default=None,
-                     help="Bound on each API request, e.g. 30s, 1m; 0 for none. [default: 30s]"),
-        click.option("--as", "as_user", metavar="USER", help="Username to impersonate."),
-        click.option("--as-group", "as_group", metavar="GROUP", multiple=True, help="Group to impersonate (repeatable)."),
-        click.option("-v", "--v", "verbosity", type=int, default=0, metavar="N", help="Log level (details on stderr; tokens redacted)."),
-    ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
 
 
 def output_option(fn: F) -> F:
@@ -100,21 +78,6 @@ def transport_option(fn: F) -> F:
         help="How requests reach vLLM: the API server's pod proxy, exec (python3 inside the vLLM container), "
              "port-forward; auto tries them in that order, moving on after a 403 or an unreachable pod.",
     )(fn)
-
-
-def flags_from(params: dict[str, Any]) -> Any:
-    """Build a :class:`~kubectl_kvreset.kube.KubeFlags` from the click parameters."""
-    from ..kube import KubeFlags
-
-    return KubeFlags(
-        kubeconfig=params.get("kubeconfig"), context=params.get("context"), cluster=params.get("cluster"),
-        user=params.get("user"), namespace=params.get("namespace"), all_namespaces=bool(params.get("all_namespaces")),
-        server=params.get("server"), token=params.get("token"),
-        certificate_authority=params.get("certificate_authority"),
-        insecure_skip_tls_verify=bool(params.get("insecure_skip_tls_verify")),
-        request_timeout=params.get("request_timeout"), impersonate=params.get("as_user"),
-        impersonate_groups=tuple(params.get("as_group") or ()), verbosity=int(params.get("verbosity") or 0),
-    )
 
 
 def info(message: str) -> None:
@@ -164,6 +127,9 @@ def handle_errors(fn: F) -> F:
         from ..discovery import TargetError
         from ..kube import KubeApiError, KubeConfigError, KubeConnectionError
 
+        current = click.get_current_context(silent=True)
+        if current is not None:  # kubectl's flags given before the sub-command
+            kwargs = merge_global_flags(current, kwargs)
         verbosity = int(kwargs.get("verbosity") or 0)
         configure_logging(verbosity)
 
@@ -207,56 +173,19 @@ def handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-#: Set when the user pressed Ctrl-C during :func:`parallel`: no new work starts, and the
-#: report's exit code becomes 130.
-INTERRUPTED = threading.Event()
-
-#: How long calls already in flight may finish after Ctrl-C (each is bounded on its own too).
-INFLIGHT_BOUND_S = 40.0
+def _say_interrupted(running: int) -> None:
+    info(f"interrupted: no new calls start; waiting up to {INFLIGHT_BOUND_S:.0f}s for {running} in flight "
+         "(Ctrl-C again to stop waiting)")
 
 
-class NotRun:
-    """The result of an item :func:`parallel` did not run (or whose call did not finish)
-    because the run was interrupted."""
-
-    def __repr__(self) -> str:
-        return "NOT_RUN"
-
-
-NOT_RUN = NotRun()
+#: The command line's cancel handle: set when the user pressed Ctrl-C during :func:`parallel`
+#: (or a job phase); no new work starts, later phases are skipped, and the exit code is 130.
+INTERRUPTED = Cancel(on_cancel=_say_interrupted)
 
 
 def parallel(items: Iterable[T], fn: Callable[[T], R], max_workers: int) -> list[R | NotRun]:
-    """Apply ``fn`` to every item with at most ``max_workers`` calls in flight; results come
-    back in the items' order.
-
-    Ctrl-C stops new work: items not started get :data:`NOT_RUN`, calls in flight are waited
-    for up to :data:`INFLIGHT_BOUND_S` (a second Ctrl-C stops waiting), and
-    :data:`INTERRUPTED` is set so later phases are skipped and the exit code is 130.
-    """
-    from concurrent.futures import wait
-
-    items = list(items)
-    if not items:
-        return []
-    if INTERRUPTED.is_set():
-        return [NOT_RUN] * len(items)
-    pool = ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(items))))
-    futures = [pool.submit(fn, item) for item in items]
-    try:
-        results: list[R | NotRun] = [f.result() for f in futures]
-    except KeyboardInterrupt:
-        INTERRUPTED.set()
-        for f in futures:
-            f.cancel()
-        running = [f for f in futures if not f.cancelled() and not f.done()]
-        info(f"interrupted: no new calls start; waiting up to {INFLIGHT_BOUND_S:.0f}s for {len(running)} in flight "
-             "(Ctrl-C again to stop waiting)")
-        wait(running, timeout=INFLIGHT_BOUND_S)
-        pool.shutdown(wait=False, cancel_futures=True)
-        return [f.result() if f.done() and not f.cancelled() and f.exception() is None else NOT_RUN for f in futures]
-    pool.shutdown(wait=True)
-    return results
+    """:func:`kubectl_kvreset.pool.parallel` under the command line's :data:`INTERRUPTED`."""
+    return run_parallel(items, fn, max_workers, INTERRUPTED)
 
 
 def emit(report: Report, fmt: str, *, empty_message: str) -> None:

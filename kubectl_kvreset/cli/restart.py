@@ -73,7 +73,7 @@ def command(**params: Any) -> None:
     columns = [Column("NAMESPACE", "namespace"), Column("OWNER", "owner"), Column("ROLE", "role"),
                Column("RESULT", "result"), Column("SECONDS", "seconds"), Column("MESSAGE", "message"),
                Column("NOTES", "notes", wide=True)]
-    if ctx.scope is not None:
+    if ctx.namespace is not None:
         columns = columns[1:]
     report = Report("Restart", columns)
     notes: list[str] = []

@@ -1,0 +1,107 @@
+"""The clear-fs job: one deletion per backing volume of the targets' FS tiers
+(:mod:`kubectl_kvreset.fstier` plans and runs each), and its ``FsTierClear`` rows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..fstier import FsClearResult, FsVolumeTarget
+from ..kube import Kube, KubeApiError
+from ..report import Column, ExitCode, Report
+
+
+def shown(text: str | None) -> str | None:
+    """``text`` for a table cell or a message: quoted with JSON escapes when it holds a control
+    character (a root may hold a newline), else unchanged."""
+    if text is not None and any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
+        return json.dumps(text)
+    return text
+
+
+class FsReport(Report):
+    """A :class:`~kubectl_kvreset.report.Report` whose table shows roots and messages with
+    control characters escaped (JSON and YAML keep every byte)."""
+
+    def render(self, fmt: str) -> str:
+        """As :meth:`Report.render`; ``table``/``wide`` cells are passed through :func:`shown`."""
+        if fmt not in ("table", "wide"):
+            return super().render(fmt)
+        safe = Report(self.kind, self.columns)
+        safe.rows = [{k: shown(v) if isinstance(v, str) else v for k, v in row.items()} for row in self.rows]
+        return safe.render(fmt)
+
+
+def other_pod_objects(kube: Kube, namespaces: Sequence[str], notes: list[str]) -> list[Mapping[str, Any]]:
+    """Every pod object of ``namespaces`` (one list per namespace), to find non-vLLM pods that
+    mount an FS tier's volume; a namespace that cannot be listed is skipped with a line added
+    to ``notes``."""
+    found: list[Mapping[str, Any]] = []
+    for ns in namespaces:
+        try:
+            found.extend(kube.list_items("v1", "pods", ns))
+        except KubeApiError as exc:
+            notes.append(f"note: cannot list the pods of {ns} to find other users of the volumes: {exc}")
+    return found
+
+
+def columns(scope: str | None) -> list[Column]:
+    """Columns of the ``FsTierClear`` table (NAMESPACE only with ``-A``)."""
+    cols = [Column("NAMESPACE", "namespace"), Column("VOLUME", "volume"), Column("ROOT", "root"),
+            Column("PODS", "pod_count"), Column("POD NAMES", "pods", wide=True),
+            Column("EXEC POD", "exec_pod", wide=True), Column("CONTAINER", "container", wide=True),
+            Column("FILES BEFORE", "files_before"), Column("BYTES BEFORE", "bytes_before"),
+            Column("FILES AFTER", "files_after"), Column("BYTES AFTER", "bytes_after"),
+            Column("RESULT", "result"), Column("OTHER PODS", "other_pods", wide=True),
+            Column("MESSAGE", "message")]
+    return cols[1:] if scope is not None else cols
+
+
+def fs_row(target: FsVolumeTarget, outcome: FsClearResult | None = None) -> dict[str, Any]:
+    """One ``FsTierClear`` row: the plan (``result`` ``planned`` or ``refused``) or, with
+    ``outcome``, what happened (``emptied``, ``refused``, ``failed``).
+
+    Keys: namespace, volume, volume_path, root, pods, pod_count, exec_pod, container,
+    files_before, bytes_before, files_after, bytes_after, result, message, other_pods,
+    model_only, models, method, other_files, skipped_mounts.
+    """
+    messages: list[str] = []
+    if outcome is None:
+        result = "refused" if target.refusal else "planned"
+        if target.refusal:
+            messages.append(target.refusal)
+    else:
+        result = outcome.result
+        if outcome.message:
+            messages.append(outcome.message)
+    if target.other_pods and not target.refusal:
+        messages.append(f"also mounted by {len(target.other_pods)} pod(s) outside the targets")
+    messages.extend(target.notes)
+    return {
+        "namespace": target.namespace,
+        "volume": target.volume,
+        "volume_path": target.volume_path,
+        "root": target.root,
+        "pods": list(target.pods),
+        "pod_count": len(target.pods),
+        "exec_pod": outcome.exec_pod if outcome is not None and outcome.exec_pod else target.exec_pod,
+        "container": outcome.container if outcome is not None and outcome.container else target.container,
+        "files_before": outcome.files_before if outcome else None,
+        "bytes_before": outcome.bytes_before if outcome else None,
+        "files_after": outcome.files_after if outcome else None,
+        "bytes_after": outcome.bytes_after if outcome else None,
+        "result": result,
+        "message": "; ".join(messages) or None,
+        "other_pods": list(target.other_pods),
+        "model_only": target.model_only,
+        "models": list(target.models),
+        "method": outcome.method if outcome else None,
+        "other_files": outcome.other_files if outcome else None,
+        "skipped_mounts": list(outcome.skipped_mounts) if outcome else [],
+    }
+
+
+def row_code(outcome: FsClearResult) -> ExitCode:
+    """0 when emptied, 1 when refused or failed (the tier may be left full)."""
+    return ExitCode.OK if outcome.result == "emptied" else ExitCode.FAILED

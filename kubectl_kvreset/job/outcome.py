@@ -1,0 +1,379 @@
+"""The clear job's outcome: one typed :class:`PortOutcome` per pod and API port (tiers as
+states), built here from the plan and what the run gave, and the rows and exit code derived
+from them. Rows are built in this one place; the command line only chooses how to print them.
+
+Tier states: ``emptied``, ``unconfirmed`` (vLLM < 0.26 answers an empty 200), ``replaced``
+(the pod vanished and its successor starts cold), ``not emptied`` (a step failed) and ``left``
+(no planned step empties it). Never ``emptied`` for a tier that was not (DESIGN §3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+from ..fstier import FsClearResult
+from ..podapi import ResetResult
+from ..pods import Owner
+from ..pool import NotRun
+from ..report import Column, ExitCode, Report
+from ..rollout import DevModeResult, RestartResult
+from ..tiers import Tier
+from ..vllm_api import ResetOutcome
+from .planning import Plan, PodPlan, dev_mode_on
+
+if TYPE_CHECKING:
+    from ..pods import ApiPort, VllmPod
+
+#: ``(namespace, pod, port)``: where an API reset ran. Room for a container: the port is unique
+#: per pod in Kubernetes, so a pod with several vLLM containers keeps one key per container port.
+PortKey = tuple[str, str, int]
+#: ``(namespace, owner)``: what a restart or dev-mode rollout acts on.
+OwnerKey = tuple[str, Owner]
+
+
+@dataclass
+class RunResults:
+    """What every step of a run gave, keyed for the outcome: API resets per (namespace, pod,
+    port) (:data:`NOT_RUN` when the first route did not run), FS volume results per (namespace,
+    pod), owner results per (namespace, owner), successors of vanished pods per owner."""
+
+    resets: dict[PortKey, list[ResetResult] | NotRun] = field(default_factory=dict)
+    fs: dict[tuple[str, str], list[FsClearResult]] = field(default_factory=dict)
+    owners: dict[OwnerKey, RestartResult | DevModeResult] = field(default_factory=dict)
+    successors: dict[OwnerKey, list[str]] = field(default_factory=dict)
+
+
+
+#: The tier kinds, in column order.
+TIER_KINDS = ("gpu", "cpu", "fs", "shared")
+
+
+def tier_label(tier: Tier) -> str:
+    """``gpu``, ``cpu``, ``fs:/root/dir`` or ``shared:store`` for a tier."""
+    kind = tier.kind.value
+    if tier.root_dir:
+        return f"{kind}:{tier.root_dir}"
+    if tier.store:
+        return f"{kind}:{tier.store}"
+    return str(kind)
+
+
+@dataclass(frozen=True)
+class LeftRow:
+    """A tier a pod's plan left: its label, why, and the flag that would empty it (or None)."""
+
+    tier: str
+    reason: str
+    remedy: str | None
+
+
+@dataclass(frozen=True)
+class PortOutcome:
+    """The end of a clear on one pod and API port (``port`` None for a pod without one).
+
+    ``tiers``: kind (``gpu``, ``cpu``, ``fs``, ``shared``) -> the states of that kind's tiers
+    (several FS roots or stores give several states). ``result``: ``emptied``, ``unconfirmed``,
+    ``replaced``, ``gone``, ``partial`` or the failure (``failed``, ``busy``, ``dev mode off``,
+    ``unreachable``, ``forbidden``, ``interrupted``...). ``code``: the exit code it earns.
+    Keyed by :attr:`key` (namespace, pod, container, port), so several vLLM containers per pod
+    or several ports each get their own.
+    """
+
+    namespace: str
+    pod: str
+    container: str
+    port: int | None
+    role: str | None
+    owner: str
+    version: str | None
+    tiers: dict[str, tuple[str, ...]]
+    result: str
+    messages: tuple[str, ...]
+    steps: tuple[str, ...]
+    calls: int
+    busy_answers: int
+    left: tuple[LeftRow, ...]
+    code: ExitCode
+
+    @property
+    def key(self) -> tuple[str, str, str, int | None]:
+        """``(namespace, pod, container, port)``."""
+        return (self.namespace, self.pod, self.container, self.port)
+
+    @property
+    def emptied(self) -> bool:
+        """True when every tier of this port was emptied and confirmed (or its pod replaced)."""
+        return self.result in ("emptied", "replaced", "gone") and self.code is ExitCode.OK
+
+    def row(self) -> dict[str, Any]:
+        """The ``CacheReset`` row (the README documents its fields)."""
+        return {
+            "namespace": self.namespace, "pod": self.pod, "port": self.port, "role": self.role,
+            "owner": self.owner, "container": self.container, "version": self.version,
+            **{kind: _join(list(self.tiers.get(kind, ()))) for kind in TIER_KINDS},
+            "result": self.result, "message": "; ".join(self.messages) or None, "steps": list(self.steps),
+            "calls": self.calls, "busy_answers": self.busy_answers,
+            "left": [{"tier": lt.tier, "reason": lt.reason, "remedy": lt.remedy} for lt in self.left],
+        }
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a clear did: one :class:`PortOutcome` per pod and port (plan order), the ``notes``
+    the user should read (lines for stderr: shared volumes, dev mode now on), whether the run
+    was ``interrupted``, and the ``report`` (rows and exit code) the command line prints."""
+
+    ports: tuple[PortOutcome, ...]
+    notes: tuple[str, ...]
+    interrupted: bool
+    report: Report
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """0, 1, 3 or 130 (DESIGN §3: 130, then 1, then 3)."""
+        codes = list(self.report.codes) + ([ExitCode.INTERRUPTED] if self.interrupted else [])
+        return ExitCode.combine(codes)
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The ``CacheReset`` rows, as ``-o json`` prints them."""
+        return self.report.rows
+
+
+def result_columns(scope: str | None) -> list[Column]:
+    """Columns of the ``CacheReset`` table (tiers as columns; NAMESPACE only with ``-A``)."""
+    cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORT", "port"),
+            Column("ROLE", "role"), Column("OWNER", "owner", wide=True), Column("VERSION", "version"),
+            Column("GPU", "gpu"), Column("CPU", "cpu"), Column("FS", "fs"), Column("SHARED", "shared"),
+            Column("RESULT", "result"), Column("STEPS", "steps", wide=True), Column("CALLS", "calls", wide=True),
+            Column("MESSAGE", "message")]
+    return cols[1:] if scope is not None else cols
+
+
+def plan_report(plan: Plan) -> Report:
+    """The plan as a report: one ``PlannedReset`` row per pod (steps, tiers each empties,
+    tiers left with the flag that would empty them). ``--dry-run`` prints exactly this."""
+    fallback = plan.fallback_chosen
+    cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORTS", "ports", wide=True),
+            Column("VERSION", "version"), Column("STEPS", "steps"), Column("EMPTIES", "empties"),
+            Column("LEAVES", "leaves")]
+    if plan.scope.namespace is not None:
+        cols = cols[1:]
+    report = Report("PlannedReset", cols)
+    for p in plan.pods:
+        steps: list[str] = []
+        for step in p.steps.steps:
+            if step.action == "api-reset":
+                q = "?" + urlencode(p.query) if p.query else ""
+                steps += [f"POST {p.routes[0]}{q}"] + [f"POST {r}" for r in p.routes[1:]]
+                if fallback in ("devmode", "restart") and dev_mode_on(p.pod) is None:
+                    verb = "restart" if fallback == "restart" else "devmode --enable"
+                    steps.append(f"if vLLM answers 404 (dev mode off): {verb} {p.pod.owner.ref()}")
+            elif step.action == "clear-fs":
+                steps.append("clear-fs " + ",".join(t.root_dir or "" for t in step.empties))
+            elif step.action == "restart":
+                steps.append(f"restart {p.pod.owner.ref()}")
+            else:
+                steps.append(f"devmode --enable {p.pod.owner.ref()}")
+        report.add({
+            "namespace": p.pod.namespace, "pod": p.pod.name, "owner": p.pod.owner.ref(),
+            "ports": [port.port for port in p.pod.ports], "version": p.version or "unknown",
+            "steps": steps,
+            "empties": [tier_label(t) for step in p.steps.steps for t in step.empties],
+            "leaves": [f"{tier_label(lt.tier)} ({lt.flag or 'outside the pods'})" for lt in p.steps.left]
+            + ([f"every pod tier if vLLM answers 404 (VLLM_SERVER_DEV_MODE is not in the spec): "
+                f"{'then ' + fallback if fallback in ('devmode', 'restart') else '--fallback=devmode|restart'}"]
+               if p.has("api-reset") and dev_mode_on(p.pod) is None else []),
+            "disruptive": [s.action for s in p.steps.steps if s.disruptive],
+        })
+    return report
+
+
+def dev_mode_hint(pod: VllmPod) -> str:
+    """The row's short hint for a pod whose vLLM has dev mode off (the long one is a note,
+    :func:`dev_mode_note`, given once)."""
+    return f"dev mode off: rerun with --fallback=devmode|restart, or kubectl kvreset devmode --enable {pod.owner.ref()}"
+
+
+def dev_mode_note() -> str:
+    """The explanation given once when some pod answered 404 for the reset routes."""
+    return ("note: vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1 (stock llm-d and KServe do not "
+            "set it). --fallback=devmode sets it and rolls the pods (which empties their caches; later runs can use "
+            "the API); --fallback=restart only restarts them. The dev routes are unauthenticated: turn dev mode off "
+            "when done (kubectl kvreset devmode --disable OWNER).")
+
+
+def build_outcome(plan: Plan, results: RunResults, notes: list[str], *, interrupted: bool) -> Outcome:
+    """The :class:`Outcome` of a run: one :class:`PortOutcome` per pod and API port (one per
+    pod without ports), the ``CacheReset`` report of them, and the notes."""
+    report = Report("CacheReset", result_columns(plan.scope.namespace))
+    ports: list[PortOutcome] = []
+    for p in plan.pods:
+        ports_of: list[ApiPort | None] = [*p.pod.ports] or [None]
+        for port in ports_of:
+            po = port_outcome(p, port, results, interrupted=interrupted)
+            ports.append(po)
+            report.add(po.row(), po.code)
+    notes = list(notes)
+    if any(po.result == "dev mode off" for po in ports):
+        notes.append(dev_mode_note())
+    return Outcome(tuple(ports), tuple(notes), interrupted, report)
+
+
+def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, interrupted: bool) -> PortOutcome:
+    """The :class:`PortOutcome` of one pod and port: each tier's state from the step that was
+    to empty it, the result, the messages and the exit code it earns."""
+    pod = plan.pod
+    messages: list[str] = []
+    failure_result: str | None = None
+    unconfirmed = False
+    gone = False
+    step_of: dict[int, str] = {}
+    for step in plan.steps.steps:
+        for tier in step.empties:
+            step_of.setdefault(id(tier), step.action)
+    left_ids = {id(lt.tier): lt for lt in plan.steps.left}
+    got = results.resets.get((pod.namespace, pod.name, port.port)) if port is not None else None
+    resets: list[ResetResult] | None = None if isinstance(got, NotRun) else got
+    reset_state: str | None = None
+    if plan.has("api-reset"):
+        if isinstance(got, NotRun) or (got is None and interrupted and port is not None):
+            reset_state, failure_result = "not emptied", "interrupted"
+            messages.append("not reset: the run was interrupted before this call finished")
+        elif not resets:
+            reset_state, failure_result = "not emptied", "failed"
+            messages.append("no API port found in the vLLM command")
+        else:
+            first = resets[0]
+            if first.outcome is ResetOutcome.CLEARED:
+                reset_state = "emptied"
+            elif first.outcome is ResetOutcome.UNCONFIRMED:
+                reset_state, unconfirmed = "unconfirmed", True
+                messages.append("vLLM < 0.26 answers an empty 200: the reset ran but its result is not known")
+            elif first.failure is not None and first.failure.kind == "pod-gone":
+                successors = results.successors.get((pod.namespace, pod.owner), [])
+                reset_state, gone = "replaced", True
+                messages.append(f"pod {pod.name} was deleted during the run"
+                                + (f"; its successor {', '.join(successors)} is a new pod and starts cold" if successors
+                                   else " and has no successor: nothing is left to empty"))
+            else:
+                reset_state = "not emptied"
+                failure_result, reset_text = describe_reset_failure(pod, first)
+                messages.append(reset_text)
+            for extra in resets[1:] if reset_state in ("emptied", "unconfirmed") else []:
+                if plan.version_deferred and extra.outcome is ResetOutcome.DEV_MODE_OFF:
+                    continue  # sent without knowing the version: a 404 here means this version lacks the route
+                if extra.outcome not in (ResetOutcome.CLEARED, ResetOutcome.UNCONFIRMED):
+                    detail = extra.answer.detail if extra.answer else (extra.failure.message if extra.failure else "")
+                    messages.append(f"{extra.route}: {detail}")
+                    failure_result = failure_result or "failed"
+    owner_res = results.owners.get((pod.namespace, pod.owner))
+    owner_state: str | None = None
+    if owner_res is not None:
+        if owner_result_ok(owner_res):
+            owner_state = "emptied"
+            verb = "restarted" if plan.has("restart") else "dev mode turned on, which rolled"
+            messages.append(f"{pod.owner.ref()} {verb}: its new pods start cold")
+        else:
+            owner_state = "not emptied"
+            failure_result = failure_result or "failed"
+            messages.append(owner_result_message(owner_res))
+    if interrupted and owner_res is None and any(st.disruptive for st in plan.steps.steps):
+        failure_result = failure_result or "interrupted"
+        messages.append("the restart or dev-mode rollout was not started: the run was interrupted")
+    if not plan.has("api-reset") and owner_res is None and dev_mode_on(pod) is False:
+        failure_result = failure_result or "dev mode off"
+        messages.append(dev_mode_hint(pod))
+    fs_results = results.fs.get((pod.namespace, pod.name), [])
+    cells: dict[str, list[str]] = {kind: [] for kind in TIER_KINDS}
+    left_rows: list[LeftRow] = []
+    for effect in plan.effects:
+        tier = effect.tier
+        action = step_of.get(id(tier))
+        lt = left_ids.get(id(tier))
+        state: str
+        if lt is not None or action is None:
+            state = "left"
+            reason = lt.reason if lt is not None else effect.reason
+            flag = lt.flag if lt is not None else None
+            left_rows.append(LeftRow(tier_label(tier), reason, flag))
+            if reset_state != "not emptied":  # after a failed call, the failure is the message
+                messages.append(f"{tier_label(tier)} left: {reason}" + (f"; to empty it: {flag}" if flag else ""))
+        elif action == "api-reset":
+            state = reset_state or "not emptied"
+        elif action == "clear-fs":
+            state, fs_text = fs_state(tier, fs_results)
+            if fs_text:
+                messages.append(fs_text)
+            if state != "emptied":
+                failure_result = failure_result or "failed"
+        else:
+            state = owner_state or "not emptied"
+        cells[tier.kind.value].append(state)
+    states = [st for v in cells.values() for st in v]
+    all_done = all(st in ("emptied", "unconfirmed", "replaced") for st in states)
+    if gone and failure_result is None:
+        result, code = ("replaced" if results.successors.get((pod.namespace, pod.owner)) else "gone"), ExitCode.OK
+    elif failure_result is None and all_done:
+        result = "unconfirmed" if unconfirmed else "emptied"
+        code = ExitCode.UNCONFIRMED if unconfirmed else ExitCode.OK
+    else:
+        code = ExitCode.FAILED
+        result = failure_result or "partial"
+    if plan.probe_failure is not None and plan.version is None and reset_state in ("emptied", "unconfirmed"):
+        messages.append(f"version unknown ({plan.probe_failure.message}): assumed the oldest behaviour")
+    return PortOutcome(
+        namespace=pod.namespace, pod=pod.name, container=pod.container, port=port.port if port is not None else None,
+        role=pod.role, owner=pod.owner.ref(), version=plan.version,
+        tiers={kind: tuple(v) for kind, v in cells.items() if v}, result=result, messages=tuple(messages),
+        steps=plan.steps.actions(), calls=sum(r.calls for r in resets) if resets else 0,
+        busy_answers=resets[0].busy_answers if resets else 0, left=tuple(left_rows), code=code)
+
+
+def describe_reset_failure(pod: VllmPod, first: ResetResult) -> tuple[str, str]:
+    """``(result, message)`` for an API reset that did not empty the cache."""
+    if first.failure is not None:
+        result = {"forbidden": "forbidden", "pod-gone": "pod gone", "unreachable": "unreachable",
+                  "refused": "unreachable", "timeout": "unreachable",
+                  "interrupted": "interrupted"}.get(first.failure.kind, "failed")
+        return result, first.failure.message
+    if first.outcome is ResetOutcome.BUSY:
+        return "busy", (f"vLLM kept answering success:false for {first.elapsed_s:.1f}s ({first.busy_answers} answers; "
+                        "blocks held by running requests or transfers): retry later, raise --busy-timeout, "
+                        "or use --preempt-running")
+    if first.outcome is ResetOutcome.DEV_MODE_OFF:
+        return "dev mode off", dev_mode_hint(pod)
+    return "failed", first.answer.detail if first.answer else "no answer"
+
+
+def fs_state(tier: Tier, results: list[FsClearResult]) -> tuple[str, str | None]:
+    """The state of an FS tier from the volume deletions covering it, and a message."""
+    mine = [r for r in results if r.target.root == tier.root_dir] or results
+    if not mine:
+        return "not emptied", f"{tier_label(tier)}: no deletion ran"
+    for r in mine:
+        if r.result != "emptied":
+            return "not emptied", f"{tier_label(tier)}: {r.message}"
+    return "emptied", None
+
+
+def owner_result_ok(res: RestartResult | DevModeResult) -> bool:
+    """True when an owner's pods were replaced: a restart whose rollout completed, or a
+    dev-mode patch that rolled the pods (``unchanged`` rolled nothing, so it empties nothing)."""
+    if isinstance(res, DevModeResult) and res.action == "enable":
+        return res.ok and res.result == "enabled"
+    return res.ok
+
+
+def owner_result_message(res: RestartResult | DevModeResult) -> str:
+    """What an owner's failed rollout reported."""
+    if isinstance(res, DevModeResult) and res.action == "enable" and res.result == "unchanged":
+        return (f"{res.owner.ref()} already sets VLLM_SERVER_DEV_MODE=1 in its template, so nothing was rolled: "
+                "the pods differ from their template; use --fallback=restart")
+    return str(res.message or res.result)
+
+
+def _join(states: list[str]) -> str | None:
+    return ",".join(dict.fromkeys(states)) if states else None

@@ -1,0 +1,120 @@
+"""The read-only jobs: ``detect`` (one row per vLLM pod, with its version read) and ``metrics``
+(one row per pod, port and engine from ``GET /metrics``). Each returns its report; the command
+line prints it."""
+
+from __future__ import annotations
+
+from ..podapi import CallFailure, fetch_metrics, probe_version
+from ..pods import VllmPod
+from ..pool import Cancel, NotRun, parallel
+from ..report import Column, ExitCode, Report
+from ..vllm_api import EngineMetrics, MetricsParseError, parse_metrics
+from .scope import Scope
+
+
+def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None) -> Report:
+    """The ``VllmPod`` report of the targeted pods: owner, role, container, ports, the version
+    read with ``GET /version`` (in parallel), dev mode, connectors, tiers. A pod whose version
+    could not be read earns exit code 1 (130 when the run was cancelled first)."""
+    columns = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("OWNER", "owner"),
+               Column("ROLE", "role"), Column("CONTAINER", "container"), Column("PORTS", "ports"),
+               Column("FRONT", "front_ports", wide=True), Column("VERSION", "version"),
+               Column("DEV MODE", "dev_mode"), Column("CONNECTOR", "connectors"), Column("TIERS", "tiers"),
+               Column("FS ROOTS", "fs_roots", wide=True), Column("READY", "ready", wide=True),
+               Column("MATCHED BY", "matched_by", wide=True), Column("NOTES", "notes", wide=True)]
+    if ctx.namespace is not None:
+        columns = columns[1:]
+    report = Report("VllmPod", columns)
+
+    def probe(pod: VllmPod) -> str | CallFailure:
+        if not pod.ports:
+            return CallFailure("no-port", "no API port found")
+        first = pod.ports[0]
+        return probe_version(ctx.caller, ctx.ref(pod), first.port, scheme=first.scheme)
+
+    versions = parallel(ctx.pods, probe, max_concurrency, cancel)
+    for pod, got in zip(ctx.pods, versions, strict=True):
+        notes = list(pod.notes)
+        code = ExitCode.OK
+        version: str | None = None
+        if isinstance(got, NotRun):
+            notes.append("version not read: interrupted")
+            code = ExitCode.INTERRUPTED
+        elif isinstance(got, CallFailure):
+            notes.append(f"version unknown: {got.message}")
+            code = ExitCode.FAILED
+        else:
+            version = got
+        report.add({
+            "namespace": pod.namespace,
+            "pod": pod.name,
+            "owner": pod.owner.ref(),
+            "role": pod.role,
+            "container": pod.container,
+            "image": pod.image,
+            "ports": [p.port for p in pod.ports],
+            "front_ports": [p.front for p in pod.ports if p.front is not None],
+            "scheme": pod.ports[0].scheme if pod.ports else None,
+            "version": version,
+            "dev_mode": pod.dev_mode.describe(),
+            "dev_mode_value": pod.dev_mode.value,
+            "connectors": list(pod.layout.connectors),
+            "tiers": [t.kind.value for t in pod.layout.tiers],
+            "fs_roots": [t.root_dir for t in pod.layout.tiers if t.root_dir],
+            "shared_stores": [t.store for t in pod.layout.tiers if t.store],
+            "ready": pod.ready,
+            "phase": pod.phase,
+            "matched_by": pod.matched_by,
+            "argv": list(pod.serve.argv),
+            "notes": notes,
+        }, code)
+    return report
+
+
+def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None) -> Report:
+    """The ``EngineMetrics`` report: one row per pod, port and engine of ``GET /metrics``
+    (parsed by :func:`kubectl_kvreset.vllm_api.parse_metrics`); a port that could not be read
+    or parsed gets one row with the error and exit code 1."""
+    cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORT", "port"),
+            Column("ENGINE", "engine"), Column("USAGE", "usage"), Column("CPU", "cpu_offload_usage"),
+            Column("PREFIX HITS", "prefix_hits"), Column("PREFIX QUERIES", "prefix_queries"),
+            Column("EXT HITS", "external_hits"), Column("EXT QUERIES", "external_queries"),
+            Column("USAGE METRIC", "usage_metric", wide=True), Column("MODEL", "model", wide=True),
+            Column("ERROR", "error")]
+    if ctx.namespace is not None:
+        cols = cols[1:]
+    report = Report("EngineMetrics", cols)
+    units = [(pod, port) for pod in ctx.pods for port in pod.ports]
+    scraped = parallel(units, lambda u: fetch_metrics(ctx.caller, ctx.ref(u[0]), u[1].port, scheme=u[1].scheme),
+                       max_concurrency, cancel)
+    for (pod, port), got in zip(units, scraped, strict=True):
+        base = {"namespace": pod.namespace, "pod": pod.name, "port": port.port, "role": pod.role,
+                **dict.fromkeys(("engine", "model", "usage", "usage_metric", "cpu_offload_usage", "prefix_hits",
+                                 "prefix_queries", "external_hits", "external_queries", "error"))}
+        engines: list[EngineMetrics] = []
+        if isinstance(got, NotRun):
+            report.add({**base, "engine": None, "error": "not read: interrupted"}, ExitCode.INTERRUPTED)
+            continue
+        error = got.error
+        if got.text is not None:
+            try:
+                engines = parse_metrics(got.text)
+            except MetricsParseError as exc:
+                error = str(exc)
+            if not engines and error is None:
+                error = "no vllm: KV-cache metric in the scrape"
+        if error is not None:
+            report.add({**base, "engine": None, "error": f"unavailable: {error}"}, ExitCode.FAILED)
+            continue
+        for e in engines:
+            report.add({**base, "engine": e.engine or None, "model": e.model, "usage": e.usage,
+                        "usage_metric": e.usage_metric, "cpu_offload_usage": e.cpu_offload_usage,
+                        "prefix_hits": tokens(e.prefix_hits), "prefix_queries": tokens(e.prefix_queries),
+                        "external_hits": tokens(e.external_hits), "external_queries": tokens(e.external_queries),
+                        "error": None})
+    return report
+
+
+def tokens(value: float | None) -> int | float | None:
+    """A token counter as an integer when it is one (Prometheus exposes counters as floats)."""
+    return int(value) if value is not None and value.is_integer() else value

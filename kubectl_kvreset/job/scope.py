@@ -1,0 +1,67 @@
+"""The pods a job acts on: discovered in a namespace (or all), selected by the targets, with a
+caller that reaches their vLLM ports (kubectl's Complete phase, without the command line)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..discovery import discover
+from ..kube import Kube
+from ..podapi import PodCaller, PodRef, Transports
+from ..pods import Targets, VllmPod, missing_pair_roles, select
+from ..pool import Cancel
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a job acts.
+
+    Attributes:
+        kube: the connection.
+        namespace: the namespace listed; None with ``-A`` (every namespace).
+        universe: every vLLM server pod in that scope.
+        pods: the targeted ones (a subset of ``universe``, same order).
+        caller: reaches the pods' vLLM ports (proxy, exec or port-forward) and stops retrying
+            once the run's :class:`~kubectl_kvreset.pool.Cancel` is set.
+        notes: what the user should know about the selection (one role of a prefill/decode
+            pair targeted without the other), as lines for stderr.
+    """
+
+    kube: Kube
+    namespace: str | None
+    universe: tuple[VllmPod, ...]
+    pods: tuple[VllmPod, ...]
+    caller: PodCaller
+    notes: tuple[str, ...] = ()
+
+    @staticmethod
+    def ref(pod: VllmPod) -> PodRef:
+        """The :class:`~kubectl_kvreset.podapi.PodRef` of a discovered pod."""
+        return PodRef(pod.namespace, pod.name, pod.container)
+
+
+def select_targets(kube: Kube, targets: Targets, *, all_namespaces: bool = False, transport: str = "auto",
+                   cancel: Cancel | None = None, pair_note: bool = True) -> Scope:
+    """Discover the vLLM pods of ``kube.namespace`` (every namespace with ``all_namespaces``)
+    and select ``targets`` among them (:func:`kubectl_kvreset.pods.select`).
+
+    ``transport``: ``auto``, ``proxy``, ``exec`` or ``port-forward``. ``pair_note``: add a note
+    per prefill/decode pair whose other role is not targeted (commands that change something).
+
+    Raises:
+        kubectl_kvreset.pods.TargetError: a named owner has no vLLM pod.
+        kubectl_kvreset.kube.KubeApiError, KubeConnectionError: the pod list failed.
+    """
+    scope = None if all_namespaces else kube.namespace
+    universe = discover(kube, scope, selector=targets.selector)
+    pods = select(universe, targets)
+    if targets.selector and targets.owners:
+        pods = [p for p in pods if p in universe]
+    notes: list[str] = []
+    if pair_note:
+        pairs = missing_pair_roles(pods, universe if not targets.selector else discover(kube, scope))
+        notes = [f"note: {mine.ref()} is one role of a prefill/decode pair; its other role, {other.ref()}, "
+                 "is not targeted" for mine, other in pairs]
+    stop = (cancel or Cancel()).is_set
+    caller = PodCaller(kube, Transports(transport), stop=stop)
+    return Scope(kube, scope, tuple(universe), tuple(pods), caller, tuple(notes))

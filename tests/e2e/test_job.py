@@ -1,0 +1,48 @@
+"""The clear job from Python, without the command line: plan, run, typed outcome."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.simctl import DEMO_MANIFEST, ROOT
+
+NS = "llm-d-demo"
+
+SCRIPT = """
+import json, sys
+from kubectl_kvreset.job import Cancel, ClearOptions, Targets, connect, plan, run, select_targets
+
+kube = connect(namespace=sys.argv[1])
+scope = select_targets(kube, Targets(all=True))
+the_plan = plan(scope, ClearOptions())
+outcome = run(the_plan, Cancel())
+print(json.dumps({
+    "ports": [{"key": list(p.key), "role": p.role, "tiers": {k: list(v) for k, v in p.tiers.items()},
+               "result": p.result, "emptied": p.emptied} for p in outcome.ports],
+    "planned": [p.steps.actions() for p in the_plan.pods],
+    "exit_code": int(outcome.exit_code), "notes": list(outcome.notes),
+    "click_loaded": "click" in sys.modules,
+}))
+"""
+
+
+def test_clear_from_python_without_click(sim) -> None:
+    cluster = sim([DEMO_MANIFEST], namespace=NS)
+    before = [st for pod in cluster.live_pods() for st in (pod.get("ports") or {}).values() if st.get("role") == "vllm"]
+    assert before and all(st["prefix_cache_blocks"] > 0 for st in before)
+    done = subprocess.run([sys.executable, "-c", SCRIPT, NS], env=cluster.env(), cwd=ROOT, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # the job never writes to stderr
+    got = json.loads(done.stdout)
+    assert got["click_loaded"] is False
+    assert got["exit_code"] == 0, got
+    assert {p["role"] for p in got["ports"]} == {"prefill", "decode"}
+    assert len(got["ports"]) == len(before)
+    for port in got["ports"]:
+        assert port["emptied"] and port["result"] == "emptied", port
+        assert port["tiers"]["gpu"] == ["emptied"]
+    after = [st for pod in cluster.live_pods() for st in (pod.get("ports") or {}).values() if st.get("role") == "vllm"]
+    assert after and all(st["prefix_cache_blocks"] == 0 for st in after)
