@@ -7,10 +7,10 @@ from typing import Any
 
 import click
 
-from ..job.fsclear import FsReport, columns, fs_row, other_pod_objects, row_code, shown
+from ..job.fsclear import FsReport, columns, fs_row, row_code, shown
 from .options import (
     EXIT_CODES_HELP,
-    NotRun,
+    INTERRUPTED,
     concurrency_option,
     emit,
     handle_errors,
@@ -18,7 +18,6 @@ from .options import (
     kube_flags,
     model_only_option,
     output_option,
-    parallel,
     target_options,
     yes_option,
 )
@@ -59,7 +58,7 @@ def command(**params: Any) -> None:
     is a Deployment), --all or -l SELECTOR. Pods outside the targets that mount the same volume
     are named in a warning: their cache is emptied too.
     """
-    from ..fstier import plan_fs_clear, run_fs_clear
+    from ..job.fsclear import plan_fs, run_fs
     from ..kube import parse_duration
     from ..report import ExitCode
     from .context import complete, exit_if_empty
@@ -67,39 +66,16 @@ def command(**params: Any) -> None:
     timeout = parse_duration(params["exec_timeout"], default=120.0) or 120.0
     ctx = complete(params, default_all=False)
     exit_if_empty(ctx, required=True, output=params["output"])
-    notes: list[str] = []
-    others = other_pod_objects(ctx.kube, sorted({p.namespace for p in ctx.pods}), notes)
-    for note in notes:
+    plan = plan_fs(ctx, model_only=params["model_only"])
+    for note in plan.notes:
         info(note)
-    targets = plan_fs_clear(ctx.pods, ctx.universe, model_only=params["model_only"], other_pod_objects=others)
-    for target in targets:
-        if target.other_pods and target.refusal is None:
-            scope = (f"only the directories of {', '.join(target.models) or 'no model'} are deleted"
-                     if target.model_only else "their FS tier is emptied too")
-            info(f"warning: {target.volume} ({shown(target.root)}) is also mounted by pods outside the targets "
-                 f"({', '.join(target.other_pods)}): {scope}")
-    if not targets:
-        info("The targeted pods have no FS tier (no fs/fs_python secondary tier, no shared_storage_path).")
-
-    if params["dry_run"] or (sys.stdin.isatty() and not params["yes"] and targets):
-        plan = FsReport("FsTierClear", columns(ctx.namespace))
-        for target in targets:
-            plan.add(fs_row(target), ExitCode.FAILED if target.refusal else ExitCode.OK)
+    if params["dry_run"] or (sys.stdin.isatty() and not params["yes"] and plan.targets):
+        shown_plan = plan.report()
         if params["dry_run"]:
-            emit(plan, params["output"], empty_message="Nothing to do.")
-        info(plan.render("table").rstrip())
+            emit(shown_plan, params["output"], empty_message="Nothing to do.")
+        info(shown_plan.render("table").rstrip())
         if not click.confirm("Delete the contents of these FS tier roots?", default=False, err=True):
             info("nothing changed")
             sys.exit(int(ExitCode.FAILED))
-
-    results = list(parallel(targets, lambda t: run_fs_clear(ctx.kube, t, timeout_s=timeout),
-                            params["max_concurrency"]))
-    report = FsReport("FsTierClear", columns(ctx.namespace))
-    for target, outcome in zip(targets, results, strict=True):
-        if isinstance(outcome, NotRun):
-            row = fs_row(target, None)
-            row.update(result="interrupted", message="not run: interrupted")
-            report.add(row, ExitCode.INTERRUPTED)
-            continue
-        report.add(fs_row(target, outcome), row_code(outcome))
+    report = run_fs(plan, timeout_s=timeout, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED)
     emit(report, params["output"], empty_message="Nothing to do.")

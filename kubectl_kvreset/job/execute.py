@@ -67,7 +67,7 @@ def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], N
                 p.probe_failure = result
             continue
         if isinstance(result, (ResetResult, NotRun)):
-            by_port.setdefault((p.pod.namespace, p.pod.name, port.port), []).append(result)
+            by_port.setdefault((p.pod.namespace, p.pod.name, p.pod.container, port.port), []).append(result)
     for key, port_results in by_port.items():
         # the prefix-cache reset comes first; after a cancel an extra route that did not run is dropped
         results.resets[key] = (NOT_RUN if isinstance(port_results[0], NotRun)
@@ -76,7 +76,7 @@ def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], N
         # dev mode the spec did not show: the 404 decided it, so the allowed fallback applies now
         off = {(p.pod.namespace, p.pod.owner): options.fallback for p in pods
                if any(isinstance(r, list) and r and r[0].outcome is ResetOutcome.DEV_MODE_OFF
-                      for (ns, name, _), r in results.resets.items() if (ns, name) == (p.pod.namespace, p.pod.name))}
+                      for (ns, name, _, _), r in results.resets.items() if (ns, name) == (p.pod.namespace, p.pod.name))}
         promote(pods, off)
 
     fs_pods = [p.pod for p in pods if p.has(STEP_CLEAR_FS)]
@@ -120,7 +120,7 @@ def find_successors(plan: Plan, results: RunResults) -> None:
     """For owners with a pod that vanished during the run (the reset answered 404 for the pod),
     list the owner's pods again: the new names are its successors, which start cold."""
     gone_ns: set[str] = set()
-    for (ns, _pod, _port), got in results.resets.items():
+    for (ns, _pod, _container, _port), got in results.resets.items():
         if isinstance(got, list) and got and got[0].failure is not None and got[0].failure.kind == "pod-gone":
             gone_ns.add(ns)
     known = {(p.namespace, p.name) for p in plan.scope.universe}

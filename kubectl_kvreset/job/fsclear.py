@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from ..fstier import FsClearResult, FsVolumeTarget
+from ..fstier import FsClearResult, FsVolumeTarget, plan_fs_clear, run_fs_clear
 from ..kube import Kube, KubeApiError
+from ..pool import Cancel, NotRun, parallel
 from ..report import Column, ExitCode, Report
+from .scope import Scope
 
 
 def shown(text: str | None) -> str | None:
@@ -105,3 +108,59 @@ def fs_row(target: FsVolumeTarget, outcome: FsClearResult | None = None) -> dict
 def row_code(outcome: FsClearResult) -> ExitCode:
     """0 when emptied, 1 when refused or failed (the tier may be left full)."""
     return ExitCode.OK if outcome.result == "emptied" else ExitCode.FAILED
+
+
+@dataclass(frozen=True)
+class FsPlan:
+    """What clear-fs will do: one :class:`~kubectl_kvreset.fstier.FsVolumeTarget` per backing
+    volume, and the ``notes`` to show first (other pods on a volume, a namespace not listed)."""
+
+    scope: Scope
+    targets: tuple[FsVolumeTarget, ...]
+    notes: tuple[str, ...]
+
+    def report(self) -> FsReport:
+        """The plan as ``FsTierClear`` rows (``planned`` or ``refused``); ``--dry-run`` prints it."""
+        plan = FsReport("FsTierClear", columns(self.scope.namespace))
+        for target in self.targets:
+            plan.add(fs_row(target), ExitCode.FAILED if target.refusal else ExitCode.OK)
+        return plan
+
+
+def plan_fs(scope: Scope, *, model_only: bool = False) -> FsPlan:
+    """Map the targeted pods' FS tier roots to their volumes (:func:`kubectl_kvreset.fstier.plan_fs_clear`),
+    naming the pods outside the targets that mount the same volume (every pod of the targets'
+    namespaces is listed for that).
+
+    Raises:
+        kubectl_kvreset.kube.KubeConnectionError: the API server did not answer a pod list.
+    """
+    notes: list[str] = []
+    others = other_pod_objects(scope.kube, sorted({p.namespace for p in scope.pods}), notes)
+    targets = plan_fs_clear(scope.pods, scope.universe, model_only=model_only, other_pod_objects=others)
+    for target in targets:
+        if target.other_pods and target.refusal is None:
+            what = (f"only the directories of {', '.join(target.models) or 'no model'} are deleted"
+                    if target.model_only else "their FS tier is emptied too")
+            notes.append(f"warning: {target.volume} ({shown(target.root)}) is also mounted by pods outside the "
+                         f"targets ({', '.join(target.other_pods)}): {what}")
+    if not targets:
+        notes.append("The targeted pods have no FS tier (no fs/fs_python secondary tier, no shared_storage_path).")
+    return FsPlan(scope, tuple(targets), tuple(notes))
+
+
+def run_fs(plan: FsPlan, *, timeout_s: float, max_concurrency: int, cancel: Cancel | None = None) -> FsReport:
+    """Run every volume deletion of ``plan`` (in parallel, each exec bounded by ``timeout_s``);
+    returns the ``FsTierClear`` report (``interrupted`` rows for deletions a cancel kept from
+    running). Never raises for a volume's failure: its row says what happened."""
+    kube = plan.scope.kube
+    results = parallel(plan.targets, lambda t: run_fs_clear(kube, t, timeout_s=timeout_s), max_concurrency, cancel)
+    report = FsReport("FsTierClear", columns(plan.scope.namespace))
+    for target, outcome in zip(plan.targets, results, strict=True):
+        if isinstance(outcome, NotRun):
+            row = fs_row(target, None)
+            row.update(result="interrupted", message="not run: interrupted")
+            report.add(row, ExitCode.INTERRUPTED)
+            continue
+        report.add(fs_row(target, outcome), row_code(outcome))
+    return report

@@ -26,24 +26,23 @@ from .planning import Plan, PodPlan, dev_mode_on
 if TYPE_CHECKING:
     from ..pods import ApiPort, VllmPod
 
-#: ``(namespace, pod, port)``: where an API reset ran. Room for a container: the port is unique
-#: per pod in Kubernetes, so a pod with several vLLM containers keeps one key per container port.
-PortKey = tuple[str, str, int]
+#: ``(namespace, pod, container, port)``: where an API reset ran (a pod with several vLLM
+#: containers gets a key per container and port).
+PortKey = tuple[str, str, str, int]
 #: ``(namespace, owner)``: what a restart or dev-mode rollout acts on.
 OwnerKey = tuple[str, Owner]
 
 
 @dataclass
 class RunResults:
-    """What every step of a run gave, keyed for the outcome: API resets per (namespace, pod,
-    port) (:data:`NOT_RUN` when the first route did not run), FS volume results per (namespace,
+    """What every step of a run gave, keyed for the outcome: API resets per :data:`PortKey`
+    (:data:`~kubectl_kvreset.pool.NOT_RUN` when the first route did not run), FS volume results per (namespace,
     pod), owner results per (namespace, owner), successors of vanished pods per owner."""
 
     resets: dict[PortKey, list[ResetResult] | NotRun] = field(default_factory=dict)
     fs: dict[tuple[str, str], list[FsClearResult]] = field(default_factory=dict)
     owners: dict[OwnerKey, RestartResult | DevModeResult] = field(default_factory=dict)
     successors: dict[OwnerKey, list[str]] = field(default_factory=dict)
-
 
 
 #: The tier kinds, in column order.
@@ -235,7 +234,7 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
         for tier in step.empties:
             step_of.setdefault(id(tier), step.action)
     left_ids = {id(lt.tier): lt for lt in plan.steps.left}
-    got = results.resets.get((pod.namespace, pod.name, port.port)) if port is not None else None
+    got = results.resets.get((pod.namespace, pod.name, pod.container, port.port)) if port is not None else None
     resets: list[ResetResult] | None = None if isinstance(got, NotRun) else got
     reset_state: str | None = None
     if plan.has("api-reset"):
