@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..job.planning import dev_mode_on
 from .options import (
     EXIT_CODES_HELP,
     INTERRUPTED,
@@ -25,11 +24,20 @@ from .options import (
     yes_option,
 )
 
-__all__ = ["command", "confirm", "dev_mode_on"]
-
 if TYPE_CHECKING:
     from ..job import Plan
+    from ..pods import VllmPod
     from ..report import Report
+
+__all__ = ["command", "confirm", "dev_mode_on"]
+
+
+def dev_mode_on(pod: VllmPod) -> bool | None:
+    """:func:`kubectl_kvreset.job.planning.dev_mode_on` (imported on use, so that ``clear --help``
+    loads no part of the job)."""
+    from ..job.planning import dev_mode_on as read
+
+    return read(pod)
 
 
 @click.command(
