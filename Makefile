@@ -81,8 +81,9 @@ lint: $(BIN)/.ready
 	$(BIN)/ruff check kubectl_kvreset tests
 	$(BIN)/mypy
 
-# Start-up and `clear --all` (8, 64, 256 pods) against kubectl and the manual procedure on the
-# simulated cluster; prints one table (README "Performance"). About 3 minutes on 2 cores.
+# The goals table (README "Performance"): start-up against kubectl, the cold first run, `clear
+# --all` at 8, 64, 256 and 1024 pods against its floor and the manual procedure (8 and 64 pods)
+# on the simulated cluster, then the details. About 5 minutes on 2 cores.
 bench: $(BIN)/.ready $(ZIPAPP)
 	KVRESET_BIN=$(ZIPAPP) $(BIN)/python -m tests.bench
 
