@@ -470,6 +470,20 @@ def main(argv: list[str] | None = None) -> int:
     if not app.exists():
         print(f"bench: {app} is missing: run 'make build'", file=sys.stderr)
         return 2
+    # a private extraction root: other builds of the plugin on this machine (other checkouts)
+    # neither slow the runs down nor clean this build's extraction away
+    own_root = None
+    if not os.environ.get("SHIV_ROOT"):
+        own_root = Path(tempfile.mkdtemp(prefix="kvreset-bench-shiv-"))
+        os.environ["SHIV_ROOT"] = str(own_root)
+    try:
+        return _run(args, sizes, t_start, app)
+    finally:
+        if own_root is not None:
+            shutil.rmtree(own_root, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, sizes: list[int], t_start: float, app: Path) -> int:
     kubectl = shutil.which("kubectl")
     interp = real_interpreter()
     shebang = app.read_bytes().split(b"\n", 1)[0].decode(errors="replace")
