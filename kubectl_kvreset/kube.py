@@ -371,6 +371,11 @@ class Transport:
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
                 kwargs["cert_reqs"] = "CERT_NONE"
+                # the user asked for it (--insecure-skip-tls-verify, as kubectl, which says
+                # nothing per request): no urllib3 warning on every new connection
+                import warnings
+
+                warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
             if configuration.cert_file:
                 ctx.load_cert_chain(configuration.cert_file, configuration.key_file or None)
             ctx.set_alpn_protocols(["http/1.1"])

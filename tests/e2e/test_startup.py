@@ -60,6 +60,13 @@ def test_tls_handshakes_stay_within_the_pool(sim) -> None:
     assert requests > opened * 4  # connections were reused: many requests per handshake
 
 
+def test_insecure_skip_tls_verify_prints_no_library_warning(sim) -> None:
+    cluster = start_bench(sim)
+    done = cluster.run("detect", "-n", NS, "--insecure-skip-tls-verify")
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr and "warnings.warn" not in done.stderr, done.stderr
+
+
 def _kubeconfig_with_user(cluster: SimCluster, user: dict[str, Any], path: Path) -> Path:
     cfg = yaml.safe_load(cluster.kubeconfig.read_text())
     for entry in cfg["users"]:
