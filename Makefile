@@ -16,7 +16,7 @@ BINDIR   ?= $(PREFIX)/bin
 SOURCE_DATE_EPOCH ?= 1767225600
 export SOURCE_DATE_EPOCH
 
-.PHONY: all test unit demo build krew install lint bench clean
+.PHONY: all test unit demo build krew check-manifest install lint bench clean
 
 all: build
 
@@ -26,19 +26,23 @@ $(BIN)/.ready: requirements-dev.txt requirements-zipapp.txt setup.cfg
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
-# The zipapp: the package's sources (copied, so no build dir or machine path ends up inside) plus
-# the pinned synchronous-client dependencies, with the preamble that removes stale extractions;
-# then its __main__.py is replaced by a version guard that any Python can read.
-$(ZIPAPP): $(BIN)/.ready requirements-zipapp.txt krew/zipapp_main.py krew/preamble.py krew/build.py \
+# The zipapp: the pinned synchronous-client dependencies (installed without their console
+# scripts, whose first line names this checkout's interpreter), the package's sources (copied,
+# so no build dir or machine path ends up inside), and the preamble that keeps the extraction
+# directory tidy; then its __main__.py is replaced by a version guard that any Python can read,
+# followed by krew/boot.py. The same sources give the same bytes in any directory.
+$(ZIPAPP): $(BIN)/.ready requirements-zipapp.txt krew/zipapp_main.py krew/boot.py krew/preamble.py krew/build.py \
            $(shell find kubectl_kvreset -name '*.py' -o -name py.typed 2>/dev/null)
 	rm -rf $(STAGE)
-	mkdir -p $(STAGE)/site-packages
-	umask 022 && cp -R kubectl_kvreset $(STAGE)/site-packages/ && \
+	mkdir -p $(STAGE)/site-packages $(dir $(ZIPAPP))
+	umask 022 && $(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile --no-deps \
+	    --no-warn-script-location --target $(STAGE)/site-packages -r requirements-zipapp.txt && \
+	    rm -rf $(STAGE)/site-packages/bin && \
+	    cp -R kubectl_kvreset $(STAGE)/site-packages/ && \
 	    find $(STAGE) -name __pycache__ -prune -exec rm -rf {} + && \
 	    $(BIN)/shiv --compile-pyc --reproducible --python '/usr/bin/env python3' \
 	    --preamble krew/preamble.py --site-packages $(STAGE)/site-packages \
-	    --entry-point kubectl_kvreset.cli:main --output-file $(STAGE)/kubectl-kvreset \
-	    --no-deps -r requirements-zipapp.txt --quiet --disable-pip-version-check
+	    --entry-point kubectl_kvreset.cli:main --output-file $(STAGE)/kubectl-kvreset
 	$(BIN)/python krew/build.py guard $(STAGE)/kubectl-kvreset $(ZIPAPP)
 	rm -rf $(STAGE)
 
@@ -50,6 +54,13 @@ krew: $(ZIPAPP)
 	    --completion krew/kubectl_complete-kvreset --output $(ARCHIVE)
 	$(BIN)/python krew/build.py manifest --archive $(ARCHIVE) --homepage '$(HOMEPAGE)' \
 	    --uri '$(RELEASE_URL)' --output $(MANIFEST)
+
+# The committed plugin.yaml must name the sha256 of the archive this checkout builds (.ci/run).
+check-manifest: $(ZIPAPP)
+	@tmp=$$(mktemp -d) && \
+	$(MAKE) --no-print-directory krew ARCHIVE=$$tmp/kubectl-kvreset.tar.gz MANIFEST=$$tmp/plugin.yaml >/dev/null && \
+	if diff -u plugin.yaml $$tmp/plugin.yaml; then echo "plugin.yaml matches the archive built here"; rm -rf $$tmp; \
+	else echo "plugin.yaml is stale: run 'make krew' and commit it" >&2; rm -rf $$tmp; exit 1; fi
 
 # The plugin and its completion helper, in a directory on PATH (default ~/.local/bin).
 install: $(ZIPAPP)
@@ -72,8 +83,9 @@ lint: $(BIN)/.ready
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# Start-up and `clear --all` (8, 64, 256 pods) against kubectl and the manual procedure on the
-# simulated cluster; prints one table (README "Performance"). About 3 minutes on 2 cores.
+# The goals table (README "Performance"): start-up against kubectl, the cold first run, `clear
+# --all` at 8, 64, 256 and 1024 pods against its floor and the manual procedure (8 and 64 pods)
+# on the simulated cluster, then the details. About 5 minutes on 2 cores.
 bench: $(BIN)/.ready $(ZIPAPP)
 	KVRESET_BIN=$(ZIPAPP) $(BIN)/python -m tests.bench
 

@@ -3,7 +3,8 @@
 Run by ``make build`` and ``make krew`` (``python krew/build.py COMMAND ...``):
 
 * ``guard SRC DST``: copy the shiv zipapp ``SRC`` to ``DST`` with its ``__main__.py`` replaced by
-  ``krew/zipapp_main.py`` (a Python-version check written for any Python, then shiv's bootstrap).
+  ``krew/zipapp_main.py`` (a Python-version check written for any Python, then
+  ``krew/boot.py``, stored as ``_kvreset_boot.py``, then shiv's bootstrap).
   shiv's own ``__main__.py`` imports its bootstrap first, so an old interpreter would extract and
   compile everything before any preamble could stop it (linkedin/shiv ``builder.py``).
 * ``archive``: the krew release archive, a ``.tar.gz`` holding the zipapp (mode 0755),
@@ -53,11 +54,14 @@ def split_zipapp(data: bytes) -> tuple[bytes, bytes]:
     return data[:end], data[end:]
 
 
-def replace_main(src: Path, dst: Path, main_py: bytes) -> None:
-    """Write ``dst``: the zipapp ``src`` with its ``__main__.py`` replaced by ``main_py``.
+def replace_main(src: Path, dst: Path, main_py: bytes, extra: Sequence[tuple[str, bytes]] = ()) -> None:
+    """Write ``dst``: the zipapp ``src`` with its ``__main__.py`` replaced by ``main_py`` and
+    the ``extra`` files (``(name at the zip's root, bytes)``, e.g. ``_kvreset_boot.py``) added
+    after it.
 
-    Entries keep their order, timestamps, compression and permission bits, so the output is
-    as reproducible as the input. ``dst`` is made executable (0755).
+    Entries keep their order, timestamps, compression and permission bits (added files take
+    ``__main__.py``'s), so the output is as reproducible as the input. ``dst`` is made
+    executable (0755).
 
     Raises:
         ValueError: ``src`` is not a zipapp or holds no ``__main__.py``.
@@ -76,6 +80,13 @@ def replace_main(src: Path, dst: Path, main_py: bytes) -> None:
             copy.external_attr = info.external_attr
             copy.create_system = info.create_system
             zout.writestr(copy, data)
+            if info.filename == "__main__.py":
+                for name, content in extra:
+                    added = zipfile.ZipInfo(name, date_time=info.date_time)
+                    added.compress_type = info.compress_type
+                    added.external_attr = info.external_attr
+                    added.create_system = info.create_system
+                    zout.writestr(added, content)
     if not found:
         raise ValueError(f"{src} holds no __main__.py")
     tmp = dst.with_name(dst.name + ".part")
@@ -155,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     g.add_argument("src", type=Path)
     g.add_argument("dst", type=Path)
     g.add_argument("--main", type=Path, default=HERE / "zipapp_main.py")
+    g.add_argument("--boot", type=Path, default=HERE / "boot.py", help="stored as _kvreset_boot.py")
     a = sub.add_parser("archive", help="build the krew .tar.gz")
     a.add_argument("--zipapp", type=Path, required=True)
     a.add_argument("--license", type=Path, required=True)
@@ -169,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     m.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.cmd == "guard":
-        replace_main(args.src, args.dst, args.main.read_bytes())
+        replace_main(args.src, args.dst, args.main.read_bytes(), [("_kvreset_boot.py", args.boot.read_bytes())])
     elif args.cmd == "archive":
         digest = build_archive(args.output, [
             ("kubectl-kvreset", args.zipapp, 0o755),

@@ -15,6 +15,13 @@ sets a value wins (``current-context`` included), relative certificate paths are
 against the file that names them, and ``--context``, ``--cluster``, ``--user``, ``--server``,
 ``--token``, ``--certificate-authority``, ``--insecure-skip-tls-verify`` and ``--as`` override
 the chosen context as kubectl's flags do.
+
+Start-up: only the parts of ``kubernetes`` that are used are imported (the kubeconfig and
+in-cluster loaders, the exec credential provider and ``Configuration``): see
+:func:`client_parts`. The package's ``__init__`` modules would import every API and model
+(``kubernetes.client.models`` alone is about 770 modules, 0.3 s). Transport is this module's
+own: one ``ssl.SSLContext`` and one urllib3 pool of keep-alive connections, at most
+``pool_size`` of them (:class:`Transport`).
 """
 
 from __future__ import annotations
@@ -60,6 +67,15 @@ class KubeConfigError(KubeError):
 
 class KubeConnectionError(KubeError):
     """The API server could not be reached or did not answer within the request timeout."""
+
+
+class KubeCredentialError(KubeConfigError):
+    """The kubeconfig user's exec credential plugin or auth provider failed before any request.
+
+    ``str()`` is one message naming the user, the context, the command and its
+    ``installHint`` (client-go ``plugin/pkg/client/auth/exec/exec.go`` prints the hint when the
+    command is not found). The CLI maps it to exit code 2, as any configuration error.
+    """
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,284 @@ class HttpAnswer:
     def text(self) -> str:
         """The body decoded as UTF-8 (invalid bytes replaced)."""
         return self.body.decode("utf-8", "replace")
+
+
+#: Modules of the ``kubernetes`` package this adapter needs; everything else is left unimported.
+_HOLLOW = ("kubernetes", "kubernetes.client")
+_PARTS_LOCK = threading.Lock()
+#: attributes the import system and introspection look up on any module: never worth running
+#: a package's ``__init__`` for
+_PROBED = frozenset({"__loader__", "__wrapped__", "__cached__", "__file__", "__path__", "__spec__",
+                     "__mro_entries__", "__class_getitem__", "__origin__", "__signature__"})
+
+
+class _ClientParts:
+    """What this adapter takes from the ``kubernetes`` client: ``Configuration`` (a class),
+    the ``kube_config`` and ``incluster_config`` modules and ``ConfigException``."""
+
+    def __init__(self, configuration: Any, kube_config: Any, incluster: Any, exception: type[Exception],
+                 selective: bool) -> None:
+        self.Configuration = configuration
+        self.kube_config = kube_config
+        self.incluster = incluster
+        self.ConfigException = exception
+        #: True when only the used modules were imported; False after the fallback
+        self.selective = selective
+
+
+_PARTS: _ClientParts | None = None
+
+
+def _hollow_package(name: str, locations: list[str]) -> Any:
+    """A package module for ``name`` whose ``__init__`` is not run: submodules import from
+    ``locations`` as usual. Any attribute the package would define is found by running the real
+    ``__init__`` then (PEP 562 ``__getattr__``), so code that needs the whole package still works."""
+    import importlib.machinery
+    import types
+
+    module = types.ModuleType(name)
+    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = list(locations)
+    module.__spec__ = spec
+    module.__path__ = list(locations)
+    module.__package__ = name
+    module.__file__ = None
+    state = {"loaded": False}
+
+    def load_rest(attr: str) -> Any:
+        if attr in _PROBED or state["loaded"]:
+            raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+        state["loaded"] = True
+        init = Path(locations[0]) / "__init__.py"
+        code = compile(init.read_bytes(), str(init), "exec")
+        module.__file__ = str(init)
+        exec(code, module.__dict__)  # noqa: S102 - the package's own __init__, run on demand
+        try:
+            return module.__dict__[attr]
+        except KeyError:
+            raise AttributeError(f"module {name!r} has no attribute {attr!r}") from None
+
+    module.__getattr__ = load_rest  # type: ignore[method-assign]
+    return module
+
+
+class _LazyApiClient:
+    """Stands for ``kubernetes.client.ApiClient``, which ``kube_config`` imports by name but
+    this adapter never calls (its ``api_client`` module imports every model). Calling it imports
+    and returns the real one."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        from kubernetes.client.api_client import ApiClient
+
+        return ApiClient(*args, **kwargs)
+
+
+def client_parts() -> _ClientParts:
+    """Import the parts of the ``kubernetes`` client this adapter uses, once per process.
+
+    ``kubernetes/__init__.py`` and ``kubernetes/client/__init__.py`` import every API and model
+    module; the credential loaders need only ``kubernetes.client.configuration``. Both packages
+    are therefore registered as packages whose ``__init__`` runs only when an attribute it
+    defines is asked for, then ``kubernetes.config`` (loaders, exec provider) is imported
+    normally. ``kube_config``'s ``from kubernetes.client import ApiClient, Configuration`` is
+    served without ``kubernetes.client.api_client``.
+
+    It survives a client upgrade: a name the new version wants from a package is found by
+    running that package's real ``__init__`` (slower, still correct), and any import error on
+    this path falls back to a plain ``import kubernetes``. ``tests/unit/test_kube_imports.py``
+    checks that the pinned version takes the selective path and never imports
+    ``kubernetes.client.models``; ``make bench`` prints what the import costs.
+    """
+    global _PARTS
+    with _PARTS_LOCK:
+        if _PARTS is None:
+            _PARTS = _import_parts()
+        return _PARTS
+
+
+def _import_parts() -> _ClientParts:
+    import importlib
+    import importlib.util
+    import sys
+
+    if "kubernetes" not in sys.modules:
+        added: list[str] = []
+        try:
+            spec = importlib.util.find_spec("kubernetes")
+            if spec is None or not spec.submodule_search_locations:
+                raise ImportError("kubernetes is not installed")
+            root = list(spec.submodule_search_locations)
+            top = _hollow_package("kubernetes", root)
+            sys.modules["kubernetes"] = top
+            added.append("kubernetes")
+            sub = _hollow_package("kubernetes.client", [str(Path(root[0]) / "client")])
+            sys.modules["kubernetes.client"] = sub
+            added.append("kubernetes.client")
+            top.client = sub
+            configuration = importlib.import_module("kubernetes.client.configuration")
+            sub.Configuration = configuration.Configuration
+            sub.ApiClient = _LazyApiClient
+            kube_config = importlib.import_module("kubernetes.config.kube_config")
+            incluster = importlib.import_module("kubernetes.config.incluster_config")
+            exc_mod = importlib.import_module("kubernetes.config.config_exception")
+            return _ClientParts(configuration.Configuration, kube_config, incluster,
+                                exc_mod.ConfigException, selective=True)
+        except Exception:  # a client version laid out otherwise: import it the plain way
+            for name in list(sys.modules):
+                if name == "kubernetes" or name.startswith("kubernetes."):
+                    del sys.modules[name]
+    importlib.import_module("kubernetes")  # the whole package (slow path)
+    full_config = importlib.import_module("kubernetes.client.configuration")
+    full_kube = importlib.import_module("kubernetes.config.kube_config")
+    full_incluster = importlib.import_module("kubernetes.config.incluster_config")
+    full_exc = importlib.import_module("kubernetes.config.config_exception")
+    return _ClientParts(full_config.Configuration, full_kube, full_incluster, full_exc.ConfigException,
+                        selective=False)
+
+
+class _LibraryLog(logging.Handler):
+    """Collects the client library's log records (``kube_config`` reports a failed exec plugin
+    with ``logging.error`` on the root logger, which would print ``ERROR:root:...``)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.messages.append(record.getMessage())
+        except Exception:  # a malformed record: keep nothing of it
+            pass
+
+
+_ROOT_LOG_LOCK = threading.Lock()
+
+
+class _quiet_library:
+    """Context manager: while credential code of the client runs, the root logger's records
+    go to a :class:`_LibraryLog` (``.log``) instead of the terminal. One thread at a time."""
+
+    def __enter__(self) -> _LibraryLog:
+        _ROOT_LOG_LOCK.acquire()
+        self.root = logging.getLogger()
+        self.saved = list(self.root.handlers)
+        self.log = _LibraryLog()
+        self.root.handlers = [self.log]
+        return self.log
+
+    def __exit__(self, *exc: Any) -> None:
+        self.root.handlers = self.saved
+        _ROOT_LOG_LOCK.release()
+
+
+def credential_error(user_name: str, user: Mapping[str, Any], context: str, detail: str) -> str:
+    """The one message for a credential source that failed: names the kubeconfig user, the
+    context, the exec command (with its arguments) or auth provider, the failure, and the
+    exec plugin's ``installHint`` when it has one (client-go prints it when the command is
+    missing: ``plugin/pkg/client/auth/exec/exec.go``)."""
+    import shlex
+
+    where = f'user "{user_name or "(none)"}" of context "{context or "(none)"}"'
+    exec_cfg = user.get("exec") if isinstance(user.get("exec"), dict) else None
+    if exec_cfg is not None:
+        argv = [str(exec_cfg.get("command") or "")] + [str(a) for a in exec_cfg.get("args") or []]
+        text = f"the exec credential plugin of {where} failed: command {shlex.join(argv)!r}: {detail}"
+        hint = str(exec_cfg.get("installHint") or "").strip()
+        if hint:
+            text += "; " + " ".join(hint.split())
+        return text
+    provider = user.get("auth-provider") if isinstance(user.get("auth-provider"), dict) else {}
+    name = str((provider or {}).get("name") or "?")
+    return f"the auth provider {name!r} of {where} failed: {detail}"
+
+
+def _detail(messages: Sequence[str], exc: BaseException | None = None) -> str:
+    texts = [m.strip() for m in messages if m and m.strip()]
+    if exc is not None:
+        texts.append(str(exc).strip() or type(exc).__name__)
+    return "; ".join(dict.fromkeys(texts)) or "no credentials came back"
+
+
+class Transport:
+    """The HTTP side of a connection: one ``ssl.SSLContext`` (CA, client certificate, verify
+    mode: built once, as loading a CA bundle per connection costs about 0.5 ms of CPU) and one
+    urllib3 pool of at most ``pool_size`` keep-alive connections to the API server. The pool
+    blocks a caller when all its connections are busy rather than opening more, so a run makes
+    at most ``pool_size`` TLS handshakes for plain requests (each WebSocket stream, exec or
+    port-forward, opens its own connection with the same context).
+
+    ``configuration`` is the client's ``Configuration`` as its loaders filled it (``host``,
+    ``ssl_ca_cert``, ``cert_file``, ``key_file``, ``verify_ssl``, ``tls_server_name``,
+    ``proxy``, ``no_proxy``, ``api_key``, ``refresh_api_key_hook``).
+    """
+
+    def __init__(self, configuration: Any, pool_size: int) -> None:
+        import ssl
+
+        import urllib3
+
+        self.configuration = configuration
+        self.pool_size = max(1, int(pool_size))
+        self.tls_material = (configuration.ssl_ca_cert, configuration.cert_file, configuration.key_file,
+                             bool(configuration.verify_ssl))
+        self.ssl_context: ssl.SSLContext | None = None
+        kwargs: dict[str, Any] = {"num_pools": 2, "maxsize": self.pool_size, "block": True, "retries": False}
+        if str(configuration.host).startswith("https"):
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            if configuration.verify_ssl:
+                if configuration.ssl_ca_cert:
+                    ctx.load_verify_locations(cafile=configuration.ssl_ca_cert)
+                else:
+                    ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+                kwargs["cert_reqs"] = "CERT_REQUIRED"
+            else:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+                kwargs["cert_reqs"] = "CERT_NONE"
+                # the user asked for it (--insecure-skip-tls-verify, as kubectl, which says
+                # nothing per request): no urllib3 warning on every new connection
+                import warnings
+
+                warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+            if configuration.cert_file:
+                ctx.load_cert_chain(configuration.cert_file, configuration.key_file or None)
+            ctx.set_alpn_protocols(["http/1.1"])
+            self.ssl_context = ctx
+            kwargs["ssl_context"] = ctx
+            if getattr(configuration, "tls_server_name", None):
+                kwargs["server_hostname"] = configuration.tls_server_name
+        proxy = getattr(configuration, "proxy", None)
+        if proxy and not _bypass_proxy(str(configuration.host), getattr(configuration, "no_proxy", None) or ""):
+            self.pool: Any = urllib3.ProxyManager(proxy_url=proxy, proxy_headers=getattr(configuration, "proxy_headers", None),
+                                                  **kwargs)
+        else:
+            self.pool = urllib3.PoolManager(**kwargs)
+        self._auth_lock = threading.Lock()
+
+    def authorization(self) -> tuple[str | None, list[str]]:
+        """The ``Authorization`` header value (None without a token), refreshed by the client's
+        hook when the token has expired (an exec plugin runs again), and the library's log
+        messages of that refresh (a failed plugin logs instead of raising)."""
+        with self._auth_lock, _quiet_library() as log:
+            value = self.configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
+        return (str(value) if value else None), log.messages
+
+    def ws_sslopt(self) -> dict[str, Any]:
+        """websocket-client ``sslopt`` reusing :attr:`ssl_context`."""
+        opts: dict[str, Any] = {"context": self.ssl_context}
+        if getattr(self.configuration, "tls_server_name", None):
+            opts["server_hostname"] = self.configuration.tls_server_name
+        return opts
+
+
+def _bypass_proxy(host: str, no_proxy: str) -> bool:
+    from urllib.parse import urlsplit
+
+    hostname = urlsplit(host).hostname or ""
+    for entry in (e.strip() for e in no_proxy.split(",")):
+        if entry == "*" or (entry and (hostname == entry.lstrip(".") or hostname.endswith("." + entry.lstrip(".")))):
+            return True
+    return False
 
 
 def parse_duration(text: str | None, default: float = DEFAULT_REQUEST_TIMEOUT_S) -> float | None:
@@ -335,23 +629,33 @@ class Kube:
     namespace: str
     context: str
     timeout_s: float | None
-    _api_client: Any
+    _transport: Any
     _headers: dict[str, str] = field(default_factory=dict)
     _impersonate_groups: tuple[str, ...] = ()
     _reload: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     requests_made: int = 0
     retries_made: int = 0
+    #: the kubeconfig user's name and entry (for credential messages)
+    user_name: str = ""
+    _user: Mapping[str, Any] = field(default_factory=dict)
+    #: the last credential refresh's failure, said again if the API server then answers 401
+    _refresh_failure: str | None = None
 
     @classmethod
     def connect(cls, flags: KubeFlags, *, pool_size: int = 16) -> Kube:
-        """Resolve the kubeconfig (or the in-cluster config) and build a client.
+        """Resolve the kubeconfig (or the in-cluster config) and build a client whose pool
+        holds at most ``pool_size`` keep-alive connections (``--max-concurrency``).
+
+        Credentials are obtained here, before any request: an exec credential plugin runs now.
 
         Raises:
+            KubeCredentialError: the user's exec plugin or auth provider failed (one message
+                naming the user, the context, the command and its ``installHint``).
             KubeConfigError: no usable kubeconfig, an unknown context, a bad flag value.
         """
         timeout = parse_duration(flags.request_timeout)
-        from kubernetes import client, config  # lazy: costs ~0.3 s
+        parts = client_parts()
 
         paths = kubeconfig_paths(flags.kubeconfig)
         if flags.kubeconfig and not paths[0].exists():
@@ -359,41 +663,72 @@ class Kube:
         in_cluster = not paths and bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not flags.server
         if not in_cluster and not paths and not flags.server:
             raise KubeConfigError("no kubeconfig found: set KUBECONFIG, pass --kubeconfig, or create ~/.kube/config")
+        who: dict[str, Any] = {"name": "", "user": {}}
 
         def load() -> tuple[Any, str, str]:
             # builds a fresh configuration: called again after a 401 to get new credentials
-            configuration = client.Configuration()
+            configuration = parts.Configuration()
             if in_cluster:
                 try:
-                    config.load_incluster_config(client_configuration=configuration)
-                except config.ConfigException as exc:
+                    with _quiet_library():
+                        parts.incluster.load_incluster_config(client_configuration=configuration)
+                except parts.ConfigException as exc:
                     raise KubeConfigError(f"in-cluster configuration failed: {exc}") from exc
                 ns_file = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
                 namespace = flags.namespace or (ns_file.read_text().strip() if ns_file.exists() else "default")
                 ctx_name = "(in-cluster)"
                 if flags.token:
                     configuration.api_key = {"authorization": "Bearer " + flags.token}
-            else:
-                merged = merge_kubeconfigs(paths)
-                cfg, ctx_name, namespace = apply_overrides(merged, flags)
+                return configuration, namespace, ctx_name
+            merged = merge_kubeconfigs(paths)
+            cfg, ctx_name, namespace = apply_overrides(merged, flags)
+            user = cfg["users"][0]["user"]
+            ctx_entry = _find(merged, "contexts", ctx_name) if ctx_name else None
+            who["name"] = flags.user or str(((ctx_entry or {}).get("context") or {}).get("user") or "")
+            who["user"] = user
+            sourced = isinstance(user.get("exec"), dict) or isinstance(user.get("auth-provider"), dict)
+            with _quiet_library() as log:
                 try:
-                    config.load_kube_config_from_dict(
+                    parts.kube_config.load_kube_config_from_dict(
                         cfg, context="kvreset", client_configuration=configuration, persist_config=False
                     )
-                except (config.ConfigException, ValueError, OSError) as exc:
-                    raise KubeConfigError(f"kubeconfig context {ctx_name!r} is unusable: {exc}") from exc
-            configuration.connection_pool_maxsize = max(pool_size, 4)
-            configuration.retries = False
+                except Exception as exc:
+                    if sourced and not isinstance(exc, KubeError):
+                        raise KubeCredentialError(
+                            credential_error(who["name"], user, ctx_name, _detail(log.messages, exc))) from exc
+                    if isinstance(exc, (parts.ConfigException, ValueError, OSError)):
+                        raise KubeConfigError(f"kubeconfig context {ctx_name!r} is unusable: {exc}") from exc
+                    raise
+            has_token = bool(configuration.api_key)
+            if sourced and (log.messages or not (has_token or configuration.cert_file)):
+                detail = _detail(log.messages) if log.messages else (
+                    "this client cannot use that auth provider" if not user.get("exec") else "no credentials came back")
+                raise KubeCredentialError(credential_error(who["name"], user, ctx_name, detail))
             return configuration, namespace, ctx_name
+
+        transport_box: list[Transport] = []
 
         def reload() -> Any:
             try:
-                return client.ApiClient(load()[0])
+                configuration = load()[0]
             except KubeConfigError as exc:
-                raise KubeConnectionError(f"the API server refused the credentials (401) and rebuilding them failed: {exc}") from exc
+                raise KubeConnectionError(
+                    f"the API server refused the credentials (401) and rebuilding them failed: {exc}") from exc
+            old = transport_box[0]
+            if (configuration.ssl_ca_cert, configuration.cert_file, configuration.key_file,
+                    bool(configuration.verify_ssl)) == old.tls_material:
+                old.configuration = configuration  # same TLS material: keep the pool and its connections
+                return old
+            fresh = Transport(configuration, old.pool_size)
+            transport_box[0] = fresh
+            return fresh
 
         configuration, namespace, ctx_name = load()
-        api_client = client.ApiClient(configuration)
+        try:
+            transport = Transport(configuration, pool_size)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            raise KubeConfigError(f"kubeconfig context {ctx_name!r}: cannot use its TLS files: {exc}") from exc
+        transport_box.append(transport)
         headers: dict[str, str] = {"User-Agent": "kubectl-kvreset"}
         if flags.impersonate:
             headers["Impersonate-User"] = flags.impersonate
@@ -402,12 +737,27 @@ class Kube:
             namespace=namespace,
             context=ctx_name,
             timeout_s=timeout,
-            _api_client=api_client,
+            _transport=transport,
             _headers=headers,
             _impersonate_groups=flags.impersonate_groups,
             _reload=reload,
+            user_name=who["name"],
+            _user=who["user"],
         )
         return kube
+
+    @property
+    def pool_size(self) -> int:
+        """How many keep-alive connections the pool holds at most."""
+        return int(getattr(self._transport, "pool_size", 0))
+
+    def _auth_headers(self) -> dict[str, str]:
+        """``Authorization`` for the next request (refreshing an expired exec token first).
+        A failed refresh is remembered and said if the API server then refuses the old token."""
+        value, messages = self._transport.authorization()
+        if messages:
+            self._refresh_failure = credential_error(self.user_name, self._user, self.context, _detail(messages))
+        return {"Authorization": value} if value else {}
 
     def with_timeout(self, timeout_s: float | None) -> Kube:
         """A view of this connection whose requests use another bound (same pool)."""
@@ -463,9 +813,11 @@ class Kube:
                 continue
             if answer.status == 401 and not refreshed and self._reload is not None:
                 refreshed = True
-                self._api_client = self._reload()
+                self._transport = self._reload()
                 self._count_retry()
                 continue
+            if answer.status == 401 and self._refresh_failure:
+                raise KubeConnectionError(self._refresh_failure)
             if answer.status == 429 and answer.from_apiserver and attempt < MAX_RETRIES:
                 attempt += 1
                 self._count_retry()
@@ -492,14 +844,13 @@ class Kube:
         headers["Accept"] = accept
         if content_type:
             headers["Content-Type"] = content_type
-        auth_query: list[tuple[str, str]] = []
-        self._api_client.update_params_for_auth(headers, auth_query, ["BearerToken"])
+        headers.update(self._auth_headers())
         url = self.host + path
         if query:
             url += "?" + urlencode(list(query))
         bound = self.timeout_s if timeout_s is False else timeout_s
         timeout = urllib3.Timeout(total=bound) if bound else urllib3.Timeout(connect=30.0)
-        pool = self._api_client.rest_client.pool_manager
+        pool = self._transport.pool
         if self._impersonate_groups:
             # urllib3 headers are a mapping: several Impersonate-Group values join with commas
             headers["Impersonate-Group"] = ",".join(self._impersonate_groups)
@@ -713,24 +1064,6 @@ def read_exec_status(raw: bytes) -> tuple[int | None, str | None]:
     return None, str(doc.get("message") or "command failed")
 
 
-def _ws_sslopt(configuration: Any) -> dict[str, Any]:
-    import ssl
-
-    if not configuration.verify_ssl:
-        opts: dict[str, Any] = {"cert_reqs": ssl.CERT_NONE, "check_hostname": False}
-    else:
-        import certifi
-
-        opts = {"cert_reqs": ssl.CERT_REQUIRED, "ca_certs": configuration.ssl_ca_cert or certifi.where()}
-    if configuration.cert_file:
-        opts["certfile"] = configuration.cert_file
-    if configuration.key_file:
-        opts["keyfile"] = configuration.key_file
-    if getattr(configuration, "tls_server_name", None):
-        opts["server_hostname"] = configuration.tls_server_name
-    return opts
-
-
 class _Channels:
     """A WebSocket carrying Kubernetes channel frames (``v4``/``v5.channel.k8s.io``): the first
     byte of each binary frame names the channel (k8s.io/apimachinery ``wsstream``)."""
@@ -754,15 +1087,13 @@ class _Channels:
         attempt = 0
         refreshed = False
         while True:
-            headers: dict[str, str] = {}
-            kube._api_client.update_params_for_auth(headers, [], ["BearerToken"])
-            header = [f"{k}: {v}" for k, v in headers.items()]
+            header = [f"{k}: {v}" for k, v in kube._auth_headers().items()]
             header += [f"{k}: {v}" for k, v in kube._headers.items() if k.startswith("Impersonate")]
             if kube._impersonate_groups:
                 header += [f"Impersonate-Group: {g}" for g in kube._impersonate_groups]
             with kube._lock:
                 kube.requests_made += 1
-            self.ws = websocket.WebSocket(sslopt=_ws_sslopt(kube._api_client.configuration), skip_utf8_validation=True)
+            self.ws = websocket.WebSocket(sslopt=kube._transport.ws_sslopt(), skip_utf8_validation=True)
             self.ws.settimeout(timeout_s)
             try:
                 self.ws.connect(url, header=header, subprotocols=list(protocols))  # type: ignore[no-untyped-call]
@@ -776,7 +1107,7 @@ class _Channels:
                     continue
                 if exc.status_code == 401 and not refreshed and kube._reload is not None:
                     refreshed = True
-                    kube._api_client = kube._reload()
+                    kube._transport = kube._reload()
                     kube._count_retry()
                     continue
                 reason, message = status_message(body)

@@ -1,6 +1,12 @@
 """``make demo``: start the simulated cluster with the demo prefill/decode deployment, run
 ``detect``, ``clear --all --yes`` and ``metrics`` through the built zipapp (as
-``kubectl kvreset`` when kubectl is on PATH), print what they print, stop the cluster."""
+``kubectl kvreset`` when kubectl is on PATH), print what they print, stop the cluster.
+
+It says which mode the simulator runs in: with a working bubblewrap (``bwrap``) each
+container's command runs in a sandbox and the vLLM argv it execs is recorded; without one
+nothing is run and the servers' ports and flags are read from the manifests (tests/sim/pods.py).
+Either way every tier ends emptied. Nothing is ever installed: the demo never calls a package
+manager or ``sudo`` (``.ci/run`` installs bubblewrap for the test suite on CI machines)."""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ import shutil
 import subprocess
 import sys
 
-from tests.simctl import DEMO_MANIFEST, SimCluster, zipapp_path
+from tests.simctl import DEMO_MANIFEST, SimCluster, sandbox_available, zipapp_path
 
 
 def main() -> int:
@@ -18,6 +24,13 @@ def main() -> int:
     if not app.exists():
         print(f"{app} is missing: run make build", file=sys.stderr)
         return 2
+    if sandbox_available():
+        print("mode: sandbox (bubblewrap runs each container's command; the simulator records the vLLM "
+              "command it execs)", flush=True)
+    else:
+        print("mode: no sandbox (bubblewrap is missing or cannot create namespaces: container commands "
+              "are not run, the servers' ports and flags are read from the manifests; nothing is "
+              "installed)", flush=True)
     print("starting the simulated cluster with tests/manifests/demo-pd.yaml ...", flush=True)
     with SimCluster([DEMO_MANIFEST], namespace="llm-d-demo") as sim:
         sim.wait_ready()

@@ -71,28 +71,47 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def make(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``make`` in the repository, never remaking the venv (other tests share it)."""
+def make(*args: str, timeout: float = 300, directory: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``make`` in the checkout ``directory`` (default: this one), never remaking the venv
+    (other tests share it; another checkout uses this one's)."""
     if not shutil.which("make"):
         pytest.skip("make is not installed")
-    venv_ready = ROOT / ".venv" / "bin" / ".ready"
-    extra = ["-o", str(venv_ready)] if venv_ready.exists() else []
+    venv = ROOT / ".venv"
+    venv_ready = venv / "bin" / ".ready"
+    extra = ["-o", str(venv_ready), f"VENV={venv}"] if venv_ready.exists() else []
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k != "MFLAGS"}
-    done = subprocess.run(["make", "-C", str(ROOT), *extra, *args], capture_output=True, text=True,
+    done = subprocess.run(["make", "-C", str(directory), *extra, *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
 
 
+def clone(dest: Path) -> Path:
+    """A copy of this checkout's sources (tracked and new files, not ignored ones) at ``dest``,
+    as a second clone in another directory would be."""
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "-co", "--exclude-standard"],
+                            capture_output=True, check=True, timeout=60).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        src = ROOT / rel
+        if not src.is_file():
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target)
+    return dest
+
+
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, float]:
-    """Two `make build` runs into two fresh directories: ``(zipapp 1, zipapp 2, seconds of one)``."""
+    """`make build` in this checkout and in a copy of it in another directory (another name,
+    another depth), each into a fresh directory: ``(zipapp 1, zipapp 2, seconds of one)``."""
     out = []
     seconds = 0.0
-    for name in ("build-a", "build-b"):
+    other = clone(tmp_path_factory.mktemp("elsewhere") / "deeper" / "kvreset-second-clone")
+    for name, checkout in (("build-a", ROOT), ("build-b", other)):
         dist = tmp_path_factory.mktemp(name)
         start = time.monotonic()
-        make("build", f"DIST={dist}")
+        make("build", f"DIST={dist}", directory=checkout)
         seconds = time.monotonic() - start
         out.append(dist / "kubectl-kvreset")
     return out[0], out[1], seconds
@@ -121,9 +140,16 @@ def run_app(python: Path | None, *args: str, env: dict[str, str], timeout: float
 
 # -- reproducible build, contents ---------------------------------------------------------------
 
-def test_two_builds_are_byte_identical(builds: tuple[Path, Path, float]) -> None:
+def test_two_clones_build_byte_identical_zipapps(builds: tuple[Path, Path, float]) -> None:
     first, second, seconds = builds
     assert sha256(first) == sha256(second)
+    # nothing of the build machine inside: no console scripts naming a checkout's interpreter
+    names = zip_names(first)
+    assert [n for n in names if n.startswith("site-packages/bin/")] == ["site-packages/bin/preamble.py"]
+    with zipfile.ZipFile(first) as z:
+        for name in names:
+            data = z.read(name)
+            assert str(ROOT).encode() not in data and b"/.venv/" not in data, name
     assert first.stat().st_mode & 0o111, "the zipapp must be executable"
     print(f"build: {seconds:.1f}s, {first.stat().st_size} bytes, sha256 {sha256(first)}")
 
@@ -226,9 +252,13 @@ def test_older_python_gets_one_line_and_exit_2(minor: str, tmp_path: Path) -> No
 def test_eight_simultaneous_first_runs_and_stale_cleanup(tmp_path: Path) -> None:
     root = tmp_path / "shiv"
     root.mkdir()
-    stale = root / ("kubectl-kvreset_" + "0" * 64)
-    (stale / "site-packages").mkdir(parents=True)
-    (stale / ".in-use").touch()  # an older build's extraction that no process holds
+    # older builds' extractions that no process holds: the two used last are kept
+    olds = [root / ("kubectl-kvreset_" + ch * 64) for ch in "012"]
+    for i, old in enumerate(olds):
+        (old / "site-packages").mkdir(parents=True)
+        (old / ".in-use").touch()
+        os.utime(old / ".in-use", (1000.0 * (i + 1), 1000.0 * (i + 1)))
+    stale = olds[0]
     other = root / ("someotherapp_" + "0" * 64)
     other.mkdir()
     env = {**os.environ, "SHIV_ROOT": str(root)}
@@ -242,8 +272,8 @@ def test_eight_simultaneous_first_runs_and_stale_cleanup(tmp_path: Path) -> None
     print(f"8 concurrent first runs: {time.monotonic() - start:.1f}s")
     assert all(code == 0 and out.startswith("kubectl-kvreset ") for code, out, _ in results), results
     dirs = sorted(p.name for p in root.iterdir() if p.is_dir())
-    assert len([d for d in dirs if d.startswith("kubectl-kvreset_")]) == 1, dirs
-    assert not stale.exists() and other.exists() and not [d for d in dirs if d.endswith(".tmp")]
+    assert len([d for d in dirs if d.startswith("kubectl-kvreset_")]) == 3, dirs
+    assert not stale.exists() and olds[1].exists() and olds[2].exists() and other.exists() and not [d for d in dirs if d.endswith(".tmp")]
 
 
 # -- help --------------------------------------------------------------------------------------
@@ -264,7 +294,7 @@ def test_make_krew_writes_a_valid_manifest_for_a_reproducible_archive(builds: tu
     manifests = []
     for app in builds[:2]:
         dist = app.parent
-        make("krew", f"DIST={dist}", f"MANIFEST={dist / 'plugin.yaml'}")
+        make("krew", f"DIST={dist}", f"MANIFEST={dist / 'plugin.yaml'}", "-o", str(app))
         manifests.append(dist / "plugin.yaml")
     archives = [m.parent / "kubectl-kvreset.tar.gz" for m in manifests]
     assert sha256(archives[0]) == sha256(archives[1])
@@ -279,11 +309,9 @@ def test_make_krew_writes_a_valid_manifest_for_a_reproducible_archive(builds: tu
         assert members["kubectl-kvreset"].mode == 0o755 and members["kubectl_complete-kvreset"].mode == 0o755
         inner = tar.extractfile("kubectl-kvreset").read()  # type: ignore[union-attr]
     assert inner == builds[0].read_bytes()
-    # the committed manifest differs from a fresh one only by the archive's sha256
-    committed = yaml.safe_load((ROOT / "plugin.yaml").read_text())
-    for d in (committed, doc):
-        d["spec"]["platforms"][0]["sha256"] = "-"
-    assert committed == doc, "plugin.yaml is stale: run `make krew`"
+    # the committed manifest is what this checkout builds, sha256 included (.ci/run checks it too)
+    committed = (ROOT / "plugin.yaml").read_text()
+    assert committed == manifests[0].read_text(), "plugin.yaml is stale: run `make krew` and commit it"
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,9 @@ How a pod's servers are found (DESIGN.md §4):
 2. With ``sandbox=True`` the argv runs for real under bubblewrap (tests/sim/sandbox.py) where
    ``vllm`` / ``python3 -m vllm.entrypoints...`` are recorders; the recorded argv is what vLLM
    would have received. With ``sandbox=False`` nothing runs: ``overrides["ports"]`` decide, else
-   a literal ``vllm serve`` / ``api_server`` argv is read as written (a shell script is not
-   interpreted).
+   a literal ``vllm serve`` / ``api_server`` argv is read as written, or found as the first such
+   command in a ``sh -c`` / ``bash -c`` script (words split as the shell would, line
+   continuations and comments removed; variables and control flow are not interpreted).
 3. The recorded argv is read by tests/sim/serveargs.py (ports, DP multi-port, connectors, tiers)
    and one :class:`tests.sim.fakevllm.FakeVLLM` answers on each API port. Routing sidecars
    (recognised by image name) are emulated by tests/sim/sidecar.py.
@@ -47,6 +48,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shlex
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -58,7 +60,15 @@ from packaging.version import Version
 from .fakevllm import FakeVLLM, Response, dev_mode_state, parse_version
 from .images import DEFAULT_VERSION, image_entrypoint, image_vllm_version, is_sidecar_image
 from .sandbox import Bind, container_host_path, run_recorded, volume_binds
-from .serveargs import ConnectorInfo, ServeArgs, container_argv, expand_k8s_vars, parse_sidecar_args, parse_vllm_argv
+from .serveargs import (
+    ConnectorInfo,
+    ServeArgs,
+    container_argv,
+    expand_k8s_vars,
+    parse_sidecar_args,
+    parse_vllm_argv,
+    vllm_args_of,
+)
 from .sidecar import RoutingSidecar
 
 __all__ = ["ExecView", "PodContext", "PodRuntime"]
@@ -127,6 +137,35 @@ def _list_files(host: Path, cache: dict[str, list[str]]) -> list[str]:
             found.extend(base + f for f in files)
         cache[key] = found
     return found
+
+
+_SHELLS = {"sh", "bash", "dash", "ash", "zsh"}
+_SHELL_OPERATORS = {"&&", "||", ";", "|", "&", ";;"}
+
+
+def script_serve_argv(argv: list[str]) -> list[str] | None:
+    """The first vLLM server command of a ``sh -c SCRIPT`` / ``bash -c SCRIPT`` argv, read
+    without running the script (the no-sandbox reading): ``SCRIPT`` split into words as the
+    shell would (quotes, ``\\``-newline continuations, ``#`` comments), then the words from the
+    first ``vllm serve`` / ``python -m vllm.entrypoints...`` up to a shell operator. None when
+    argv is not such a script or holds no server command."""
+    if len(argv) < 3 or argv[0].rsplit("/", 1)[-1] not in _SHELLS:
+        return None
+    try:
+        at = argv.index("-c", 1)
+    except ValueError:
+        return None
+    if at + 1 >= len(argv):
+        return None
+    try:
+        words = shlex.split(argv[at + 1].replace("\\\n", " "), comments=True)
+    except ValueError:
+        return None
+    for i in range(len(words)):
+        if vllm_args_of(words[i:]) is not None:
+            end = next((j for j in range(i, len(words)) if words[j] in _SHELL_OPERATORS), len(words))
+            return words[i:end]
+    return None
 
 
 def _mentions_vllm(container: dict[str, Any]) -> bool:
@@ -281,6 +320,10 @@ class PodRuntime:
             return None
         if not self.ctx.sandbox:
             parsed = parse_vllm_argv(argv)
+            if parsed is None:
+                script = script_serve_argv(argv)
+                if script is not None:
+                    argv, parsed = script, parse_vllm_argv(script)
             if parsed is not None:
                 self._recorded[name] = argv
             return parsed

@@ -230,6 +230,10 @@ class _TLSServer(ThreadingHTTPServer):
 
     def get_request(self) -> tuple[socket.socket, Any]:
         sock, addr = self.socket.accept()
+        # a header and a body written in two sends must not wait for the peer's delayed ACK
+        # (Nagle's algorithm: about 40 ms per keep-alive answer); real API servers (Go's
+        # net/http) set TCP_NODELAY on every accepted connection
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # the TLS handshake happens on the handler thread, not in the accept loop
         return self.ssl_ctx.wrap_socket(sock, server_side=True,
                                         do_handshake_on_connect=False), addr
@@ -247,6 +251,7 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         self.request.settimeout(30)
         self.request.do_handshake()
+        self.server.sim.count_handshake()
         super().setup()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
@@ -309,6 +314,7 @@ class SimServer:
         self._pod_fault_state: dict[str, dict[str, Any]] = {}
         self._counts: Counter[str] = Counter()
         self._count_lock = threading.Lock()
+        self.tls_handshakes = 0
         self._httpd: _TLSServer | None = None
         self._thread: threading.Thread | None = None
         self.ca = trustme.CA()
@@ -375,6 +381,11 @@ class SimServer:
         ``create pods/proxy``...)."""
         with self._count_lock:
             return dict(sorted(self._counts.items()))
+
+    def count_handshake(self) -> None:
+        """Count one completed TLS handshake (one accepted client connection)."""
+        with self._count_lock:
+            self.tls_handshakes += 1
 
     def _count(self, verb: str, resource: str) -> None:
         with self._count_lock:
@@ -649,7 +660,9 @@ class SimServer:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
 
     def state(self) -> Obj:
-        """``/sim/v1/state``: every pod record (deleted ones too), the request counts, and
+        """``/sim/v1/state``: every pod record (deleted ones too), the request counts,
+        ``tls_handshakes`` (client connections whose TLS handshake completed, WebSockets
+        included), and
         ``faults``: ``api`` (per ``faults.api`` rule: matched, fired), ``vllm_failed``,
         ``tokens_expired`` (401s of used-up tokens) and ``pods`` (pod uid -> what its faults
         did: ``deleted_on_reset``, ``refused_calls``, ``hung_calls``, ``cut_execs``...)."""
@@ -659,7 +672,8 @@ class SimServer:
         with self._fault_lock:
             faults["pods"] = {uid: dict(st) for uid, st in self._pod_fault_state.items()}
         return {"pods": [r.state(cache) for r in self.cluster.records()],
-                "api_requests": self.api_requests(), "faults": faults}
+                "api_requests": self.api_requests(), "tls_handshakes": self.tls_handshakes,
+                "faults": faults}
 
     # ---------------- resources ----------------
     def _resource(self, h: _Handler, user: str, method: str, group: str, version: str,

@@ -227,11 +227,13 @@ def test_no_sandbox_literal_argv_and_override_ports(tmp_path: Path) -> None:
     assert roles(rt) == {8000: "sidecar", 8200: "vllm"}
     spec05 = load_templates("05-")["gpu-vllm-decode"]
     script = started(make_ctx(spec05, tmp_path, sandbox=False, pod="b"))
-    assert roles(script) == {}  # a shell script is not interpreted
+    # a bash -c script is not run: its `exec vllm serve ...` is read (default port 8000)
+    assert roles(script) == {8000: "vllm"}
+    assert script.state()["recorded_argv"]["modelserver"][:3] == ["vllm", "serve", "Qwen/Qwen3-32B"]
     assert script.state()["vllm_container"] == "modelserver"
     ported = started(make_ctx(spec05, tmp_path, sandbox=False, overrides={"ports": [8000, 8001]}, pod="c"))
     assert roles(ported) == {8000: "vllm", 8001: "vllm"}
-    assert ported.state()["recorded_argv"] == {}
+    assert ported.state()["recorded_argv"]["modelserver"][:2] == ["vllm", "serve"]
 
 
 def _simple_spec(env: list[dict[str, str]] | None = None, image: str = "vllm/vllm-openai:v0.26.0",

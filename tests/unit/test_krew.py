@@ -295,10 +295,10 @@ def test_preamble_removes_only_this_apps_other_builds(tmp_path: Path) -> None:
     other.mkdir()
     lookalike = tmp_path / "kubectl-kvreset_notahash"
     lookalike.mkdir()
-    assert preamble.remove_stale(current) == []  # unmarked and recent: may be a running older build
+    assert preamble.remove_stale(current, keep=1) == []  # unmarked and recent: may be a running older build
     # an interrupted extraction's .tmp is removed once it is older than the grace period
-    assert preamble.remove_stale(current, now=fresh_tmp.stat().st_mtime + 7200) == [fresh_tmp]
-    removed = preamble.remove_stale(current, now=stale.stat().st_mtime + 2 * 86400)
+    assert preamble.remove_stale(current, keep=1, now=fresh_tmp.stat().st_mtime + 7200) == [fresh_tmp]
+    removed = preamble.remove_stale(current, keep=1, now=stale.stat().st_mtime + 2 * 86400)
     assert removed == [stale] and not stale.exists() and not (tmp_path / f".{stale.name}_lock").exists()
     assert current.exists() and other.exists() and lookalike.exists()
 
@@ -314,13 +314,73 @@ def test_preamble_never_removes_an_extraction_in_use(tmp_path: Path) -> None:
     assert fd is not None
     (idle / preamble.IN_USE).touch()  # marked, but nobody holds it
     try:
-        assert preamble.remove_stale(current) == [idle]
+        assert preamble.remove_stale(current, keep=1) == [idle]
         assert running.exists() and not idle.exists()
     finally:
         import os
 
         os.close(fd)
-    assert preamble.remove_stale(current) == [running]
+    assert preamble.remove_stale(current, keep=1) == [running]
+
+
+def test_preamble_keeps_the_most_recent_builds(tmp_path: Path) -> None:
+    import os
+
+    preamble = load_tool("preamble")
+    current = tmp_path / ("kubectl-kvreset_" + "c" * 64)
+    builds = [tmp_path / ("kubectl-kvreset_" + ch * 64) for ch in "1234"]
+    for i, d in enumerate([current, *builds]):
+        (d / "site-packages").mkdir(parents=True)
+        (d / preamble.IN_USE).touch()
+        os.utime(d / preamble.IN_USE, (1000.0 + i, 1000.0 + i))  # builds[3] used last
+    # an interrupted removal (renamed aside) is finished
+    aside = tmp_path / f"{preamble.TRASH}kubectl-kvreset_{'9' * 64}.123"
+    (aside / "site-packages").mkdir(parents=True)
+    removed = preamble.remove_stale(current)  # KEEP = 3: this one and the two used last
+    assert sorted(removed) == sorted(builds[:2]) and not aside.exists()
+    assert all(d.exists() for d in (current, builds[2], builds[3]))
+    assert preamble.KEEP == 3
+
+
+def test_preamble_cleans_only_with_the_gate_held_exclusively(tmp_path: Path) -> None:
+    import fcntl
+    import os
+
+    preamble = load_tool("preamble")
+    gate = tmp_path / ".kubectl-kvreset.gate"
+    other = os.open(gate, os.O_CREAT | os.O_RDWR)
+    fcntl.flock(other, fcntl.LOCK_SH)  # another run between shiv's check and its in-use mark
+    try:
+        assert preamble.exclusive_gate(gate) is None
+    finally:
+        os.close(other)
+    fd = preamble.exclusive_gate(gate)
+    assert fd is not None
+    os.close(fd)
+
+
+def test_boot_chooses_shiv_root_home_or_a_private_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    boot = load_tool("boot")
+    assert boot.choose_root({"SHIV_ROOT": str(tmp_path / "r")}) == (tmp_path / "r", None)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    assert boot.choose_root({}) == (home / ".shiv", None)
+    monkeypatch.setenv("HOME", str(tmp_path / "missing"))
+    monkeypatch.setattr(boot.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    root, notice = boot.choose_root({})
+    assert root == tmp_path / "tmp" / f"kubectl-kvreset-{os.getuid()}" and notice and "\n" not in notice
+    assert (root.stat().st_mode & 0o777) == 0o700 and not (tmp_path / "missing").exists()
+    root.chmod(0o755)
+    assert "open to other users" in (boot.secure_private_dir(root) or "")
+    root.rmdir()
+    root.symlink_to(tmp_path)
+    assert "symlink" in (boot.secure_private_dir(root) or "")
+    with pytest.raises(SystemExit):
+        boot.choose_root({})
 
 
 def test_zipapp_main_guard_is_old_python_syntax() -> None:
@@ -328,4 +388,4 @@ def test_zipapp_main_guard_is_old_python_syntax() -> None:
     compile(text, "__main__.py", "exec")
     # no f-strings, annotations or walrus: it must parse on the Pythons it turns away
     assert 'f"' not in text and "f'" not in text and ":=" not in text and "->" not in text
-    assert text.index("sys.version_info < (3, 10)") < text.index("import _bootstrap")
+    assert text.index("sys.version_info < (3, 10)") < text.index("import _kvreset_boot") < text.index("import _bootstrap")

@@ -24,7 +24,7 @@ class Scripted(Kube):
     """A Kube whose attempts are scripted: each item is an HttpAnswer or an exception."""
 
     def __init__(self, script: list[Any], reload: Any = None) -> None:
-        super().__init__(host="https://x", namespace="ns", context="c", timeout_s=30.0, _api_client=object(),
+        super().__init__(host="https://x", namespace="ns", context="c", timeout_s=30.0, _transport=object(),
                          _reload=reload)
         self.script = list(script)
         self.sent: list[str] = []
