@@ -384,6 +384,15 @@ def _redis_ping(ip: str, port: int) -> bool:
         return False
 
 
+def _running(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("0.0.0.0", 0))
@@ -574,7 +583,8 @@ class RealServer:
                 p.wait(grace)
             except subprocess.TimeoutExpired:
                 pass
-        for pid in self._sandbox_pids():
+        left = self._sandbox_pids()
+        for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
@@ -587,6 +597,11 @@ class RealServer:
             p.wait(5)
         except subprocess.TimeoutExpired:
             pass
+        # SIGKILL is asynchronous: return once every process of the sandbox is gone (or a
+        # zombie waiting for its reaper), at most 5 s later
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(_running(pid) for pid in left):
+            time.sleep(0.05)
 
     def state(self) -> dict[str, Any]:
         """``kind``, ``container``, ``argv``, ``pid``, ``running``, ``restarts``,
