@@ -667,6 +667,10 @@ class RealPodRuntime(PodRuntime):
             if kind is None or (forced is not True and peer_of(kind) not in allowed):
                 self.notes.append(f"container {name}: runs no real server")
                 continue
+            if _peers().missing(peer_of(kind)):
+                self.notes.append(f"container {name}: {peer_of(kind)} is not installed "
+                                  "(run make peers); it runs nothing")
+                continue
             launch = self._launch(kind, c, name, env, argv)
             if launch is None:
                 continue
