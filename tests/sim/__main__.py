@@ -23,9 +23,9 @@ from typing import Any
 
 import yaml
 
-from .realservers import parse_real_servers
 from .controllers import Cluster, ClusterConfig, PodBackend, default_backend
 from .rbac import RBACAuthorizer
+from .realservers import parse_real_servers
 from .scenario import Scenario, ScenarioError, load_scenario
 from .server import SimServer
 from .store import ApiError, Store

@@ -56,7 +56,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -64,7 +64,7 @@ import yaml
 from .network import pump_sockets
 from .pods import PodContext, PodRuntime
 from .sandbox import DEFAULT_PATH, container_host_path, pod_view_argv, volume_binds
-from .serveargs import container_argv, parse_vllm_argv
+from .serveargs import container_argv
 
 __all__ = ["PEER_NAMES", "RealPodRuntime", "RealServer", "cpu_refusals", "check_manifest_object",
            "make_runtime", "parse_real_servers", "real_kind"]
