@@ -295,6 +295,7 @@ class Network:
         self.t_svc = t.lookup("", "v1", "services")
         self.t_eps = t.lookup("discovery.k8s.io", "v1", "endpointslices")
         self._relays: dict[tuple[str, int], _Relay] = {}
+        self._relay_owner: dict[tuple[str, int], str] = {}     # (ip, port) -> "ns/name"
         self._targets: dict[tuple[str, int], list[tuple[str, str, int]]] = {}
         self._rr = itertools.count()
         self._dirty: set[str] = set()
@@ -471,6 +472,7 @@ class Network:
             if rkey not in self._relays:
                 try:
                     self._relays[rkey] = _Relay(ip, port, self._picker(key_base, port))
+                    self._relay_owner[rkey] = key_base
                 except OSError as e:
                     self.notes.append(f"service {key_base} port {port}: cannot listen on "
                                       f"{ip}:{port}: {e}")
@@ -489,12 +491,10 @@ class Network:
     def _drop_relays(self, key_base: str) -> None:
         for key in [k for k in self._targets if k[0] == key_base]:
             del self._targets[key]
-        # a relay is found by (ip, port); the Service is gone, so close every relay whose
-        # picker no longer has targets of a live Service
-        for rkey, relay in list(self._relays.items()):
-            if not any(k[1] == rkey[1] for k in self._targets):
-                relay.close()
-                del self._relays[rkey]
+        for rkey, owner in list(self._relay_owner.items()):
+            if owner == key_base:
+                self._relays.pop(rkey).close()
+                del self._relay_owner[rkey]
 
     def ready_targets(self, ns: str, name: str, port_spec: str) -> tuple[list[tuple[str, int]], Obj]:
         """For the service proxy: the ready endpoints ``(pod name, target port)`` of Service

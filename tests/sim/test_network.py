@@ -229,3 +229,25 @@ def test_kubectl_get_svc_and_endpointslices(sim: Simulator, tmp_path: Path) -> N
         capture_output=True, text=True, timeout=60).stdout)
     assert any(e["addresses"][0].startswith("127.") for i in got["items"]
                for e in i.get("endpoints") or [])
+
+
+def test_deleting_a_service_removes_its_slice_and_relay(sim: Simulator, api: _Api) -> None:
+    t_svc = sim.cluster.t_svc
+    svc = sim.cluster.create_object(t_svc, {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "tmp", "namespace": "net"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 81, "targetPort": 8000}]}}, "net")
+    ip = svc["spec"]["clusterIP"]
+    _wait(lambda: [s for s in _slices(api) if s["metadata"]["name"].startswith("tmp-")])
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{ip}:81/version", timeout=5) as r:
+                return r.status == 200
+        except OSError:
+            return False
+    _wait(answers)
+    sim.cluster.store.delete(t_svc, "net", "tmp")
+    _wait(lambda: not [s for s in _slices(api) if s["metadata"]["name"].startswith("tmp-")])
+    _wait(lambda: not answers())
+    code, _body = api.get("/api/v1/namespaces/net/services/web:80/proxy/version")
+    assert code == 200
