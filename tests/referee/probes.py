@@ -35,8 +35,6 @@ from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from .tinymodel import prompt_of
-
 __all__ = [
     "Answer",
     "BOOL_PARAMS",
@@ -46,6 +44,7 @@ __all__ = [
     "compare",
     "metric_families",
     "openapi_shape",
+    "prompt_of",
     "request",
     "run_dev_probes",
     "run_nodev_probes",
@@ -183,6 +182,13 @@ def openapi_shape(doc: dict[str, Any]) -> dict[str, Any]:
     return {"paths": paths, "reset_params": params}
 
 
+def prompt_of(n_tokens: int, start: int = 0) -> list[int]:
+    """A prompt of exactly ``n_tokens`` token ids (``start`` ..., kept clear of the tiny
+    model's four special tokens and inside its 1024-token vocabulary), so its length does not
+    depend on the tokenizer."""
+    return [4 + (start + i) % 1000 for i in range(n_tokens)]
+
+
 Probes = dict[str, Any]
 """Probe name -> what the comparison sees of it."""
 
@@ -208,7 +214,7 @@ def _metrics_text(base: str) -> str:
     return request(base, "GET", "/metrics").body.decode()
 
 
-def _stream_with_reset(base: str, query: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+def _stream_with_reset(base: str, query: str, prompt: list[int], max_tokens: int) -> dict[str, Any]:
     """Stream a completion (``ignore_eos``), send ``POST /reset_prefix_cache?query`` after the
     first chunk, read the stream to its end. Returns the reset's shape, ``completed`` (the stream
     ended with ``[DONE]`` after a choice with ``finish_reason`` ``length``) and ``preempted``
@@ -245,7 +251,7 @@ def _stream_with_reset(base: str, query: str, prompt: str, max_tokens: int) -> d
     }
 
 
-def _prefix_steps(base: str, prompt: str) -> list[dict[str, bool]]:
+def _prefix_steps(base: str, prompt: list[int]) -> list[dict[str, bool]]:
     """A prompt, the same prompt again, a reset, the prompt again: per step whether the
     prefix-cache query and hit counters rose."""
     out = []

@@ -19,34 +19,18 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from tests import peers
 
-__all__ = ["RealVLLM", "free_port", "peers_dir", "require_vllm", "vllm_executable"]
-
-_REPO = Path(__file__).resolve().parents[2]
-
-
-def peers_dir() -> Path:
-    """``${KVRESET_PEERS_DIR:-<repo>/.peers}``, where ``make peers`` installs the real peers."""
-    return Path(os.environ.get("KVRESET_PEERS_DIR") or _REPO / ".peers")
-
-
-def vllm_executable() -> Path | None:
-    """``<peers>/vllm/bin/vllm`` when it exists and is executable, else None."""
-    exe = peers_dir() / "vllm" / "bin" / "vllm"
-    return exe if exe.is_file() and os.access(exe, os.X_OK) else None
+__all__ = ["RealVLLM", "free_port", "require_vllm"]
 
 
 def require_vllm() -> Path:
-    """The vLLM executable; skips the test naming the missing peer and ``make peers`` (fails
-    instead under ``KVRESET_REQUIRE_PEERS=1``)."""
-    exe = vllm_executable()
-    if exe is None:
-        why = f"real vLLM 0.32.0 (CPU build) not installed under {peers_dir()}/vllm: run `make peers`"
-        if os.environ.get("KVRESET_REQUIRE_PEERS") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
-    return exe
+    """The vLLM executable of ``make peers`` (``tests.peers.vllm``); skips the test naming the
+    missing peer and ``make peers`` (fails under ``KVRESET_REQUIRE_PEERS=1``)."""
+    peers.require("vllm")
+    exe = peers.vllm()
+    assert exe is not None
+    return Path(exe)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -62,7 +46,7 @@ class RealVLLM:
 
     Args:
         exe: the ``vllm`` executable (:func:`require_vllm`).
-        model_dir: a directory written by ``tests.referee.tinymodel.write_tiny_model``.
+        model_dir: a directory written by ``tests.peers.tinymodel.write_tiny_model``.
         log: file receiving the server's stdout and stderr.
         dev_mode: the ``VLLM_SERVER_DEV_MODE`` value, or None to leave it unset.
         port: the port to bind on 127.0.0.1 (0 = pick a free one).

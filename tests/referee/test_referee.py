@@ -41,6 +41,7 @@ from typing import Any
 
 import pytest
 
+from tests.peers.tinymodel import write_tiny_model
 from tests.sim.fakevllm import FakeVLLM, dev_mode_state
 from tests.sim.pods import PodContext, PodRuntime
 from tests.sim.vllm032 import DEV_ROUTES
@@ -48,7 +49,6 @@ from tests.sim.vllm032 import DEV_ROUTES
 from .fakeserve import FakeServer
 from .probes import Probes, compare, run_dev_probes, run_nodev_probes
 from .realvllm import RealVLLM, require_vllm
-from .tinymodel import write_tiny_model
 
 pytestmark = [pytest.mark.referee, pytest.mark.peers]
 
@@ -60,6 +60,7 @@ ENV_KEYS = ["VLLM_SERVER_DEV_MODE", "VLLM_TARGET_DEVICE", "VLLM_CPU_KVCACHE_SPAC
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require_vllm()
     return write_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
 

@@ -14,6 +14,32 @@ Every behaviour here comes from research/vllm.md (read from vLLM release wheels)
 - §2 ``/metrics`` families per release, labels ``model_name`` and ``engine``; the usage gauge does
   not move on reset.
 - §3.2 what ``reset_external=true`` clears per connector/spec/release.
+
+Checked against the real 0.32.0 CPU build by the referee suite (``tests/referee``), which also
+fixed: the 400 message text (``loc`` dotted), ``/openapi.json``, ``/server_info`` (text, json, a
+bad ``config_format``), 0.32.0's ``/metrics`` families, streamed completions during which a
+reset fails (or preempts), and prefix-cache hits counted by prompt content. Settled from the
+installed 0.32.0 sources:
+
+- **Data-parallel aggregation.** One API server's reset answer is the AND over every engine it
+  manages: ``vllm/v1/engine/core_client.py::AsyncMPClient.reset_prefix_cache_async`` returns
+  ``all(await self.call_utility_all_async("reset_prefix_cache", ...))``, and neither
+  ``DPAsyncMPClient`` nor ``DPLBAsyncMPClient`` overrides it (``DPLBAsyncMPClient`` overrides
+  only ``call_utility_async``, "only the result from the first engine", which other utilities
+  use). ``vllm/v1/engine/async_llm.py::AsyncLLM.reset_prefix_cache`` calls it;
+  ``vllm/entrypoints/serve/dev/cache/api_router.py::reset_prefix_cache`` wraps it as
+  ``{"success": bool(success)}``. So from 0.32.0 (research/vllm.md §1.1 step 5 saw the same
+  in 0.33.0; 0.29-0.31 stay unread) one busy engine makes the answer ``false``. This fake
+  models one engine per API port.
+- **MooncakeStoreConnector.** Its ``reset_cache`` runs ``remove_all`` in 0.32.0:
+  ``vllm/distributed/kv_transfer/kv_connector/v1/mooncake/store/connector.py::
+  MooncakeStoreConnector.reset_cache`` (scheduler role) calls ``scheduler.py::
+  MooncakeStoreScheduler.reset_store``, whose ``worker.py::LookupKeyClient.reset`` sends
+  ``RESET_MSG`` to worker rank 0, where
+  ``worker.py::LookupKeyServer`` drains the send queue and calls
+  ``store.remove_all(force=True)``; True on the worker's ACK, False on NACK or RPC error (then
+  the reset answers ``success:false``, ``v1/core/sched/scheduler.py::reset_connector_cache``).
+- **No connector** counts as success (``reset_connector_cache`` returns True).
 """
 
 from __future__ import annotations
