@@ -19,6 +19,8 @@ from .fakeserve import FakeServer
 from .probes import Probes, compare, run_dev_probes, run_nodev_probes
 from .test_referee import ENV_KEYS
 
+pytestmark = pytest.mark.referee  # no real server: it runs in the parallel phase too
+
 DATA = Path(__file__).with_name("data")
 
 
