@@ -47,12 +47,17 @@ def sandbox_available() -> bool:
 
 
 class SimCluster:
-    """A running simulator. Use as a context manager; ``stop()`` ends it."""
+    """A running simulator. Use as a context manager; ``stop()`` ends it.
+
+    ``real_servers`` (``vllm``, ``redis``, ``lmcache``, ``mooncake``, ``all``) makes the pods
+    that run those servers run them for real (tests/sim/realservers.py; installed by
+    ``make peers``); ``nodes`` sets the simulated node count (DaemonSets run a pod on each)."""
 
     def __init__(self, manifests: Sequence[Path | str], *, namespace: str = "default",
                  vllm_version: str | None = None, dev_mode: str | None = None,
                  scenario: dict[str, Any] | None = None, ready_delay: float | None = None,
-                 extra_args: Sequence[str] = ()) -> None:
+                 extra_args: Sequence[str] = (), real_servers: Sequence[str] = (),
+                 nodes: int | None = None) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="kvreset-sim-"))
         self.kubeconfig = self.tmp / "kubeconfig"
         self.namespace = namespace
@@ -70,6 +75,10 @@ class SimCluster:
             cmd += ["--scenario", str(path)]
         if ready_delay is not None:
             cmd += ["--ready-delay", str(ready_delay)]
+        if real_servers:
+            cmd += ["--real-servers", ",".join(real_servers)]
+        if nodes is not None:
+            cmd += ["--nodes", str(nodes)]
         cmd += list(extra_args)
         self.log = open(self.tmp / "sim.log", "w+")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self.log, text=True,
@@ -141,11 +150,12 @@ class SimCluster:
         return done.returncode, rows, done.stderr
 
     def stop(self) -> None:
-        """Stop the simulator and remove its files."""
+        """Stop the simulator (its real servers stop with it: up to a few seconds each, workers
+        before stores) and remove its files."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(10)
+                self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)

@@ -32,7 +32,10 @@ declare -A NEED_MB=([vllm]=5000 [lmcache]=2600 [mooncake]=300 [redis]=50)
 say() { printf 'peers: %s\n' "$*" >&2; }
 
 pip_in() {  # pip_in VENV ARGS...: pip of that venv, without the notes about absent local indexes
-  "$DIR/$1/bin/python" -m pip "${@:2}" 2> >(grep -v '^WARNING: Location .* is ignored' >&2)
+  # and about lmcache's declared requirements, which are left out on purpose (--no-deps: its
+  # CUDA-only ones) and installed by hand below
+  "$DIR/$1/bin/python" -m pip "${@:2}" 2> >(grep -v -E \
+    "^WARNING: Location .* is ignored|^lmcache [^ ]+ requires |^ERROR: pip's dependency resolver does not currently" >&2)
 }
 
 stamp_of() {  # the specification a finished install records

@@ -36,7 +36,7 @@ CONFIG = {
     "rope_theta": 10000.0,
     "hidden_act": "silu",
     "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
+    "torch_dtype": "float32",
     "bos_token_id": 1,
     "eos_token_id": 2,
     "pad_token_id": 0,

@@ -2,7 +2,8 @@
 
 ``python -m tests.sim serve --manifest FILE [--manifest FILE ...] [--namespace NS]
 [--vllm-version V] [--dev-mode on|off|invalid] [--scenario FILE] --kubeconfig OUT
-[--state-dir DIR] [--ready-delay SECONDS] [--no-sandbox]``
+[--state-dir DIR] [--ready-delay SECONDS] [--no-sandbox] [--nodes N]
+[--real-servers LIST]``
 
 Prints ``ready`` on stdout once serving (after every pod has started and, for a ready delay of
 at most 5 s, become Running), then serves until SIGTERM/SIGINT.
@@ -24,6 +25,7 @@ import yaml
 
 from .controllers import Cluster, ClusterConfig, PodBackend, default_backend
 from .rbac import RBACAuthorizer
+from .realservers import parse_real_servers
 from .scenario import Scenario, ScenarioError, load_scenario
 from .server import SimServer
 from .store import ApiError, Store
@@ -69,7 +71,8 @@ class Simulator:
                  vllm_version: str | None = None, dev_mode: str | None = None,
                  scenario: Scenario | None = None, state_dir: str | Path | None = None,
                  ready_delay: float = 0.3, sandbox: bool = False,
-                 backend: PodBackend | None = None, use_default_backend: bool = True) -> None:
+                 backend: PodBackend | None = None, use_default_backend: bool = True,
+                 nodes: int = 1, real_servers: frozenset[str] | set[str] = frozenset()) -> None:
         self._tmp = state_dir is None
         self.state_dir = Path(state_dir) if state_dir else Path(
             tempfile.mkdtemp(prefix="kvreset-sim-"))
@@ -80,7 +83,8 @@ class Simulator:
             backend = default_backend()
         self.cluster = Cluster(self.store, ClusterConfig(
             namespace=namespace, state_dir=self.state_dir, ready_delay=ready_delay,
-            dev_mode=dev_mode, default_version=vllm_version, sandbox=sandbox),
+            dev_mode=dev_mode, default_version=vllm_version, sandbox=sandbox, nodes=nodes,
+            real_servers=frozenset(real_servers)),
             self.scenario, backend)
         self.server = SimServer(self.cluster, users=self.scenario.users, namespace=namespace,
                                 faults=self.scenario.fault_state,
@@ -120,6 +124,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--state-dir", default=None, metavar="DIR")
     s.add_argument("--ready-delay", type=float, default=0.3, metavar="SECONDS")
     s.add_argument("--no-sandbox", action="store_true")
+    s.add_argument("--nodes", type=int, default=1, metavar="N",
+                   help="simulated nodes (a DaemonSet runs a pod on each)")
+    s.add_argument("--real-servers", default="", metavar="LIST",
+                   help="comma-separated peers whose servers pods run for real: vllm, redis, "
+                        "lmcache, mooncake, or all (every installed one)")
     return p
 
 
@@ -131,6 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ScenarioError, yaml.YAMLError) as e:
         print(f"sim: bad scenario: {e}", file=sys.stderr)
         return 2
+    try:
+        real = parse_real_servers(args.real_servers)
+    except ValueError as e:
+        print(f"sim: {e}", file=sys.stderr)
+        return 2
+    if args.nodes < 1 or args.nodes > 200:
+        print("sim: --nodes must be between 1 and 200", file=sys.stderr)
+        return 2
     sandbox = False
     if not args.no_sandbox:
         sandbox = bwrap_works()
@@ -139,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
     sim = Simulator(args.manifest, namespace=args.namespace, vllm_version=args.vllm_version,
                     dev_mode=args.dev_mode, scenario=scenario, state_dir=args.state_dir,
-                    ready_delay=args.ready_delay, sandbox=sandbox)
+                    ready_delay=args.ready_delay, sandbox=sandbox, nodes=args.nodes,
+                    real_servers=real)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from .network import AddressBlock, Network
 from .scenario import Scenario
 from .store import ApiError, Event, Obj, ResourceType, Store, now_rfc3339
 
@@ -50,7 +51,7 @@ POD_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 LWS_GROUP = "leaderworkerset.x-k8s.io"
 LWS_LABEL = "leaderworkerset.sigs.k8s.io"
 NODE_NAME = "sim-node-0"
-HOST_IP = "192.168.49.2"
+DAEMONSET_HASH_LABEL = "controller-revision-hash"
 
 
 class RuntimeLike(Protocol):
@@ -88,11 +89,11 @@ def default_backend() -> PodBackend | None:
     """The real pod runtime from tests/sim/pods.py, or None (with a note on stderr) when that
     module is not importable: pods then serve nothing."""
     try:
-        from . import pods
+        from . import pods, realservers
     except ImportError as e:  # pragma: no cover - depends on the other module being present
         print(f"sim: pod runtime unavailable ({e}); pods serve nothing", file=sys.stderr)
         return None
-    return PodBackend(pods.PodContext, pods.PodRuntime)
+    return PodBackend(pods.PodContext, realservers.make_runtime)
 
 
 # --------------------------------------------------------------------------------------------
@@ -250,6 +251,7 @@ class PodRecord:
     crashed: bool = False
     deleted: bool = False
     env: dict[str, dict[str, str]] = field(default_factory=dict)
+    probe_ok: bool | None = None
 
     def state(self, listing_cache: dict[str, list[str]] | None = None) -> dict[str, Any]:
         """This pod's entry of ``/sim/v1/state``: the simulator's fields plus the runtime's
@@ -326,7 +328,10 @@ class _Scheduler:
 class ClusterConfig:
     """Settings of a simulated cluster: default ``namespace``, ``state_dir`` (per-pod dirs,
     PVC dirs, hostPath dirs), ``ready_delay`` seconds, ``dev_mode`` (``on``/``off``/``invalid``/
-    None = leave manifests alone), ``default_version`` (--vllm-version), ``sandbox``."""
+    None = leave manifests alone), ``default_version`` (--vllm-version), ``sandbox``, ``nodes``
+    (simulated nodes ``sim-node-0``.., each at its own loopback address; a DaemonSet runs a pod
+    on each), ``real_servers`` (peer names, tests/sim/realservers.py, whose servers pods run
+    for real)."""
 
     namespace: str = "default"
     state_dir: Path = Path(".")
@@ -335,6 +340,8 @@ class ClusterConfig:
     default_version: str | None = None
     sandbox: bool = False
     start_workers: int = 16
+    nodes: int = 1
+    real_servers: frozenset[str] = frozenset()
 
 
 class Cluster:
@@ -354,7 +361,8 @@ class Cluster:
         self._record_order: list[str] = []
         self._ordinals: dict[tuple[str, str, str], itertools.count[int]] = {}
         self._first_gen: dict[tuple[str, str, str], int] = {}
-        self._ip_counter = itertools.count(10)
+        self.addresses = AddressBlock()
+        self.node_names = [f"sim-node-{i}" for i in range(max(1, config.nodes))]
         self._pool = ThreadPoolExecutor(max_workers=config.start_workers,
                                         thread_name_prefix="sim-pod")
         self._scheduler = _Scheduler()
@@ -370,10 +378,38 @@ class Cluster:
         self.t_deploy = self._t(t.lookup("apps", "v1", "deployments"))
         self.t_rs = self._t(t.lookup("apps", "v1", "replicasets"))
         self.t_lws = self._t(t.lookup(LWS_GROUP, "v1", "leaderworkersets"))
+        self.t_ds = self._t(t.lookup("apps", "v1", "daemonsets"))
+        self.t_svc = self._t(t.lookup("", "v1", "services"))
+        self.t_node = self._t(t.lookup("", "v1", "nodes"))
+        self.network = Network(store, self.addresses, self.record_for,
+                               config.state_dir / "net")
+        for i, node in enumerate(self.node_names):
+            self._create_node(node, self.addresses.node_ip(i))
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease",
                    config.namespace):
             self.ensure_namespace(ns)
         store.subscribe(self._on_event)
+        self.network.start()
+
+    def _create_node(self, name: str, ip: str) -> None:
+        self.store.create(self.t_node, {
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                                                  "kubernetes.io/os": "linux"}},
+            "spec": {},
+            "status": {"addresses": [{"type": "InternalIP", "address": ip},
+                                     {"type": "Hostname", "address": name}],
+                       "conditions": [{"type": "Ready", "status": "True",
+                                       "reason": "KubeletReady"}],
+                       "capacity": {"cpu": "2", "memory": "24Gi", "pods": "110"},
+                       "allocatable": {"cpu": "2", "memory": "24Gi", "pods": "110"}}})
+
+    def host_ip(self, node_name: str | None) -> str:
+        """The loopback address of simulated node ``node_name`` (the first node's for an
+        unknown name)."""
+        try:
+            return self.addresses.node_ip(self.node_names.index(str(node_name)))
+        except ValueError:
+            return self.addresses.node_ip(0)
 
     @staticmethod
     def _t(t: ResourceType | None) -> ResourceType:
@@ -396,6 +432,9 @@ class Cluster:
         """Apply load-time edits to a manifest object: ``--dev-mode`` into its pod templates and
         scenario replica overrides. Returns a modified deep copy."""
         obj = copy.deepcopy(obj)
+        if self.config.real_servers:
+            from .realservers import check_manifest_object
+            check_manifest_object(obj, self.config.real_servers)
         if self.config.dev_mode in ("on", "off", "invalid"):
             for spec in pod_specs_of(obj):
                 apply_dev_mode_to_podspec(spec, self.config.dev_mode)
@@ -413,7 +452,8 @@ class Cluster:
         so that the ConfigMaps and Secrets their env names exist when pods start (as Helm
         orders installs). Raises ``ApiError`` on the first failure (e.g. a duplicate name)."""
         out = []
-        workloads = ("Pod", "ReplicaSet", "Deployment", "StatefulSet", "LeaderWorkerSet")
+        workloads = ("Pod", "ReplicaSet", "Deployment", "StatefulSet", "LeaderWorkerSet",
+                     "DaemonSet")
         objs = sorted(objs, key=lambda o: o.get("kind") in workloads)
         for o in objs:
             o = self.prepare_manifest_object(o)
@@ -446,6 +486,10 @@ class Cluster:
             namespace = ns
         if rtype is self.t_pod:
             self._default_pod(obj)
+        elif rtype is self.t_svc:
+            self.network.default_service(obj)
+        elif rtype is self.t_ds:
+            obj["status"] = {}
         elif rtype is self.t_deploy:
             spec = obj.setdefault("spec", {})
             spec.setdefault("replicas", 1)
@@ -462,8 +506,7 @@ class Cluster:
             obj["status"] = {}
         return self.store.create(rtype, obj, namespace, dry_run=dry_run)
 
-    @staticmethod
-    def _default_pod(obj: Obj) -> None:
+    def _default_pod(self, obj: Obj) -> None:
         spec = obj.setdefault("spec", {})
         spec.setdefault("nodeName", NODE_NAME)
         spec.setdefault("restartPolicy", "Always")
@@ -475,7 +518,7 @@ class Cluster:
             "phase": "Pending",
             "conditions": [{"type": "PodScheduled", "status": "True",
                             "lastTransitionTime": now_rfc3339()}],
-            "hostIP": HOST_IP,
+            "hostIP": self.host_ip(spec.get("nodeName")),
             "qosClass": "BestEffort",
             "containerStatuses": [
                 {"name": c.get("name", ""), "image": c.get("image", ""), "imageID": "",
@@ -502,7 +545,7 @@ class Cluster:
                     ref = controller_of(ev.obj)
                     if ref is not None:
                         self._enqueue((str(ref.get("kind")), ns, str(ref.get("name"))))
-            elif t in (self.t_deploy, self.t_rs, self.t_lws) and ev.type != "DELETED":
+            elif t in (self.t_deploy, self.t_rs, self.t_lws, self.t_ds) and ev.type != "DELETED":
                 self._enqueue((t.kind, ns, name))
 
     def _enqueue(self, key: tuple[str, str, str]) -> None:
@@ -523,6 +566,8 @@ class Cluster:
                         self.reconcile_replicaset(ns, name)
                     elif kind == "LeaderWorkerSet":
                         self.reconcile_lws(ns, name)
+                    elif kind == "DaemonSet":
+                        self.reconcile_daemonset(ns, name)
             finally:
                 self._draining = False
 
@@ -819,6 +864,57 @@ class Cluster:
                 ]}
             self.store.update_status(self.t_lws, ns, name, status)
 
+    # ---------------- DaemonSet ----------------
+    def reconcile_daemonset(self, ns: str, name: str) -> None:
+        """One pod per simulated node (``spec.nodeName`` set, as the DaemonSet controller does
+        since 1.12 through node affinity), named ``<ds>-<5 chars>``, label
+        ``controller-revision-hash``; a changed template replaces the pods. Status:
+        ``desiredNumberScheduled``, ``currentNumberScheduled``, ``numberReady``,
+        ``numberAvailable``, ``updatedNumberScheduled``, ``observedGeneration``
+        (kubernetes ``pkg/controller/daemon``)."""
+        ds = self.store.try_get(self.t_ds, ns, name)
+        if ds is None:
+            return
+        template = (ds.get("spec") or {}).get("template") or {}
+        rev = template_hash(template)
+        pods = self._owned(self.t_pod, ns, ds["metadata"]["uid"])
+        by_node: dict[str, Obj] = {}
+        for p in pods:
+            node = (p.get("spec") or {}).get("nodeName")
+            current = (p["metadata"].get("labels") or {}).get(DAEMONSET_HASH_LABEL) == rev
+            if node not in self.node_names or not current or node in by_node:
+                try:
+                    self.store.delete(self.t_pod, ns, p["metadata"]["name"])
+                except ApiError:
+                    pass
+                continue
+            by_node[str(node)] = p
+        for node in self.node_names:
+            if node in by_node:
+                continue
+            t = copy.deepcopy(template)
+            t.setdefault("metadata", {}).setdefault("labels", {})[DAEMONSET_HASH_LABEL] = rev
+            t.setdefault("spec", {})["nodeName"] = node
+            self._create_pod_from_template(ds, t, f"{name}-", ("DaemonSet", name))
+        self.update_daemonset_status(ns, name)
+
+    def update_daemonset_status(self, ns: str, name: str) -> None:
+        """Recompute a DaemonSet's status from its pods."""
+        ds = self.store.try_get(self.t_ds, ns, name)
+        if ds is None:
+            return
+        pods = self._owned(self.t_pod, ns, ds["metadata"]["uid"])
+        ready = sum(1 for p in pods if self._pod_ready(p))
+        status = {"desiredNumberScheduled": len(self.node_names),
+                  "currentNumberScheduled": len(pods), "numberMisscheduled": 0,
+                  "numberReady": ready, "numberAvailable": ready,
+                  "updatedNumberScheduled": len(pods),
+                  "observedGeneration": ds["metadata"].get("generation", 1)}
+        if ready < len(self.node_names):
+            status["numberUnavailable"] = len(self.node_names) - ready
+        if status != ds.get("status"):
+            self.store.update_status(self.t_ds, ns, name, status)
+
     # ---------------- Pods ----------------
     @staticmethod
     def _pod_ready(pod: Obj) -> bool:
@@ -840,7 +936,7 @@ class Cluster:
         if owner is not None:
             kind, name = owner
             t = {"Deployment": self.t_deploy, "ReplicaSet": self.t_rs,
-                 "LeaderWorkerSet": self.t_lws}.get(kind)
+                 "LeaderWorkerSet": self.t_lws, "DaemonSet": self.t_ds}.get(kind)
             if t is None and kind == "StatefulSet":
                 t = self.store.types.lookup("apps", "v1", "statefulsets")
             obj = self.store.try_get(t, ns, name) if t is not None else None
@@ -849,6 +945,8 @@ class Cluster:
                 n = int(spec.get("replicas", 1))
                 if kind == "LeaderWorkerSet":
                     n *= int((spec.get("leaderWorkerTemplate") or {}).get("size", 1))
+                if kind == "DaemonSet":
+                    n = len(self.node_names)
             except (TypeError, ValueError):
                 n = 1
         if owner is not None:
@@ -880,10 +978,13 @@ class Cluster:
                     raise
         return None
 
-    def _allocate_ip(self) -> str:
-        n = next(self._ip_counter)
-        return f"10.244.{(n >> 8) & 255}.{n & 255}" if n < 65536 else \
-            f"10.{(n >> 16) & 255}.{(n >> 8) & 255}.{n & 255}"
+    def _allocate_ip(self, pod: Obj) -> str:
+        """A pod's address: its node's for ``hostNetwork: true``, else a fresh loopback one
+        (tests/sim/network.py)."""
+        spec = pod.get("spec") or {}
+        if spec.get("hostNetwork"):
+            return self.host_ip(spec.get("nodeName"))
+        return self.addresses.pod_ip()
 
     def _pod_added(self, pod: Obj) -> None:
         md = pod["metadata"]
@@ -906,7 +1007,7 @@ class Cluster:
         if "cold" not in overrides and ordinal >= first:
             overrides["cold"] = True
         rec = PodRecord(namespace=md["namespace"], name=md["name"], uid=uid,
-                        pod_ip=self._allocate_ip(), owner=owner, ordinal=ordinal,
+                        pod_ip=self._allocate_ip(pod), owner=owner, ordinal=ordinal,
                         overrides=overrides, network=network, created=time.monotonic())
         self._records[uid] = rec
         self._record_order.append(uid)
@@ -918,6 +1019,7 @@ class Cluster:
             return
         rec.deleted = True
         rec.ready = False
+        self.network.hosts.remove(rec.uid)
         rt = rec.runtime
         if rt is not None:
             self._pool.submit(self._stop_runtime, rt)
@@ -968,8 +1070,9 @@ class Cluster:
                     val = {
                         "metadata.name": md.get("name"), "metadata.namespace": ns,
                         "metadata.uid": md.get("uid"), "status.podIP": pod_ip,
-                        "status.podIPs": pod_ip, "status.hostIP": HOST_IP,
-                        "status.hostIPs": HOST_IP,
+                        "status.podIPs": pod_ip,
+                        "status.hostIP": self.host_ip((pod.get("spec") or {}).get("nodeName")),
+                        "status.hostIPs": self.host_ip((pod.get("spec") or {}).get("nodeName")),
                         "spec.nodeName": (pod.get("spec") or {}).get("nodeName"),
                         "spec.serviceAccountName":
                             (pod.get("spec") or {}).get("serviceAccountName"),
@@ -1007,7 +1110,8 @@ class Cluster:
         """Host directories backing the pod's volumes: a PVC is one directory per
         namespace/claim shared by all pods (the claim object is created, Bound, on first use);
         an emptyDir is per pod (the one mounted at ``/dev/shm`` is the pod's shm dir); a hostPath
-        lives under the simulator's hostpath dir. Other volume kinds are absent."""
+        lives under the simulator's hostpath dir; a configMap or secret volume is a per-pod
+        directory of its keys. Other volume kinds are absent."""
         spec = pod.get("spec") or {}
         shm_volumes = {m.get("name") for c in (spec.get("containers") or []) +
                        (spec.get("initContainers") or [])
@@ -1026,11 +1130,37 @@ class Cluster:
             elif "hostPath" in v:
                 d = self.config.state_dir / "hostpath" / str(
                     v["hostPath"].get("path", name)).lstrip("/")
+            elif "configMap" in v or "secret" in v:
+                d = self._pod_dir(rec) / "volumes" / name
+                self._project_keys(rec.namespace, v, d)
             else:
                 continue
             d.mkdir(parents=True, exist_ok=True)
             out[name] = d
         return out
+
+    def _project_keys(self, ns: str, volume: dict[str, Any], d: Path) -> None:
+        """A ``configMap`` / ``secret`` volume as the kubelet lays it: one file per key (or per
+        ``items`` entry at its ``path``), Secret values decoded; a missing source leaves the
+        directory empty (the kubelet would keep the pod waiting unless ``optional``)."""
+        if "configMap" in volume:
+            src = volume["configMap"] or {}
+            obj = self.store.try_get(self.t_cm, ns, str(src.get("name", "")))
+            data = {k: str(v) for k, v in ((obj or {}).get("data") or {}).items()}
+        else:
+            src = volume["secret"] or {}
+            data = self._secret_data(self.store.try_get(self.t_secret, ns,
+                                                        str(src.get("secretName", ""))))
+        items = src.get("items")
+        chosen = [(str(i.get("key")), str(i.get("path") or i.get("key"))) for i in items
+                  if isinstance(i, dict)] if isinstance(items, list) else [(k, k) for k in data]
+        d.mkdir(parents=True, exist_ok=True)
+        for key, rel in chosen:
+            if key not in data or ".." in Path(rel).parts or rel.startswith("/"):
+                continue
+            target = d / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(data[key])
 
     def _ensure_pvc(self, ns: str, claim: str) -> None:
         if self.store.try_get(self.t_pvc, ns, claim) is not None:
@@ -1063,6 +1193,12 @@ class Cluster:
             shm_dir.mkdir(parents=True, exist_ok=True)
             work_dir.mkdir(parents=True, exist_ok=True)
             volume_dirs = self.provision_volumes(pod, rec, shm_dir)
+            if self.config.real_servers or rec.overrides.get("real_server"):
+                rec.overrides["real_servers"] = sorted(self.config.real_servers)
+                rec.overrides["sim_state_dir"] = str(self.config.state_dir)
+                rec.overrides["hosts_file"] = str(self.network.hosts.add(
+                    rec.uid, rec.namespace, [(rec.pod_ip, rec.name)]))
+                self.network.mark_dirty(rec.namespace)
             if self.backend is not None:
                 ctx = self.backend.context_cls(
                     namespace=rec.namespace, name=rec.name, uid=rec.uid, pod_ip=rec.pod_ip,
@@ -1096,11 +1232,39 @@ class Cluster:
             pod = self.store.try_get(self.t_pod, rec.namespace, rec.name)
             if pod is None or pod["metadata"]["uid"] != rec.uid:
                 return
+            if getattr(rec.runtime, "is_ready", None) is not None and not rec.crashed:
+                rec.probe_ok = False    # Ready once the servers' own health answers
             status = self.running_status(pod, rec)
             rec.running = True
-            rec.ready = not rec.crashed
+            rec.ready = not rec.crashed and rec.probe_ok is not False
             self.store.update_status(self.t_pod, rec.namespace, rec.name, status)
             self.update_owner_status(rec.namespace, pod)
+        if rec.probe_ok is not None:
+            self._scheduler.call_at(time.monotonic() + 0.5, lambda: self._submit_probe(rec))
+
+    def _submit_probe(self, rec: PodRecord) -> None:
+        if self._stopped or rec.deleted:
+            return
+        try:
+            self._pool.submit(self._probe, rec)
+        except RuntimeError:   # shutting down
+            pass
+
+    def _probe(self, rec: PodRecord) -> None:
+        """A readiness probe of a runtime with ``is_ready()`` (real servers): restart what
+        exited (``probe()``), then Ready follows the servers' health; again in 1 s."""
+        rt = rec.runtime
+        if rt is None or self._stopped or rec.deleted:
+            return
+        try:
+            getattr(rt, "probe", lambda: None)()
+            ok = bool(rt.is_ready())  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - a failing probe is an unready pod
+            ok = False
+        if ok != rec.probe_ok:
+            rec.probe_ok = ok
+            self.set_pod_ready(rec, ok)
+        self._scheduler.call_at(time.monotonic() + 1.0, lambda: self._submit_probe(rec))
 
     def update_owner_status(self, namespace: str, pod: Obj) -> None:
         """Refresh the status of the pod's controller (ReplicaSet or LeaderWorkerSet)."""
@@ -1111,6 +1275,8 @@ class Cluster:
             self.update_replicaset_status(namespace, ref["name"])
         elif ref.get("kind") == "LeaderWorkerSet":
             self.update_lws_status(namespace, ref["name"])
+        elif ref.get("kind") == "DaemonSet":
+            self.update_daemonset_status(namespace, ref["name"])
 
     def call_at(self, due: float, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the scheduler thread at monotonic time ``due`` (faults use it)."""
@@ -1183,10 +1349,16 @@ class Cluster:
                         "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
                                                      "startedAt": started, "finishedAt": now}}}
             return {"name": name, "image": c.get("image", ""), "imageID": "",
-                    "containerID": cid, "ready": True, "restartCount": 0, "started": True,
+                    "containerID": cid, "ready": name not in unready, "restartCount": 0,
+                    "started": True,
                     "state": {"running": {"startedAt": started}}}
 
-        ready = not crashed_names
+        if rec.probe_ok is False and not crashed_names:
+            crashed_names = set()
+            unready = {c.get("name") for c in spec.get("containers") or []}
+        else:
+            unready = set(crashed_names)
+        ready = not unready
         cond = "True" if ready else "False"
         conds: list[dict[str, Any]] = [
             {"type": "PodReadyToStartContainers", "status": "True", "lastTransitionTime": now},
@@ -1199,10 +1371,11 @@ class Cluster:
             for c in conds[2:4]:
                 c["reason"] = "ContainersNotReady"
                 c["message"] = "containers with unready status: [" + " ".join(
-                    sorted(n for n in crashed_names if n)) + "]"
+                    sorted(n for n in unready if n)) + "]"
+        host_ip = self.host_ip(spec.get("nodeName"))
         st: dict[str, Any] = {
-            "phase": "Running", "conditions": conds, "hostIP": HOST_IP,
-            "hostIPs": [{"ip": HOST_IP}], "podIP": rec.pod_ip, "podIPs": [{"ip": rec.pod_ip}],
+            "phase": "Running", "conditions": conds, "hostIP": host_ip,
+            "hostIPs": [{"ip": host_ip}], "podIP": rec.pod_ip, "podIPs": [{"ip": rec.pod_ip}],
             "startTime": started, "qosClass": (pod.get("status") or {}).get("qosClass",
                                                                             "BestEffort"),
             "containerStatuses": [cstatus(c, False) for c in spec.get("containers") or []],
@@ -1245,10 +1418,20 @@ class Cluster:
         return False
 
     def stop(self) -> None:
-        """Stop every runtime and the worker threads."""
+        """Stop every runtime (real servers in dependency order, tests/sim/realservers.py),
+        the Service relays and the worker threads; give the address block back."""
         self._stopped = True
         self._scheduler.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
-        for r in self.records():
-            if r.runtime is not None and not r.deleted:
-                self._stop_runtime(r.runtime)
+        self.network.stop()
+        live = [r.runtime for r in self.records() if r.runtime is not None and not r.deleted]
+        # workers before their stores: runtimes with a lower stop_rank stop first
+        ranks = sorted({int(getattr(rt, "stop_rank", 0)) for rt in live})
+        for rank in ranks:
+            group = [rt for rt in live if int(getattr(rt, "stop_rank", 0)) == rank]
+            threads = [threading.Thread(target=self._stop_runtime, args=(rt,)) for rt in group]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        self.addresses.release()

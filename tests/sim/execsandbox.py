@@ -33,9 +33,11 @@ import socket
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .network import pump_sockets
 from .podhttp import PodRequest, serve_in_thread
 from .sandbox import DEFAULT_PATH, Bind, pod_view_argv
 
@@ -174,7 +176,9 @@ class ExecSpec:
     """One exec: ``argv`` as given (non-empty), the container's ``env``, ``binds``
     (tests/sim/sandbox.py ``volume_binds``), the pod's ``shm_dir``, ``hostname`` (the pod name),
     the pod's served ``ports`` and ``request`` (the runtime's ``request``; None: nothing
-    answers), ``workdir`` (the container's ``workingDir``, default /)."""
+    answers), ``workdir`` (the container's ``workingDir``, default /), ``connect`` (a real
+    server's runtime: ``connect(port)`` gives a TCP connection to it, carried byte for byte
+    instead of being served as HTTP; tests/sim/realservers.py)."""
 
     argv: list[str]
     env: dict[str, str]
@@ -184,6 +188,7 @@ class ExecSpec:
     ports: list[int] = field(default_factory=list)
     request: PodRequest | None = None
     workdir: str = "/"
+    connect: Callable[[int], socket.socket | None] | None = None
 
 
 class ExecProcess:
@@ -257,7 +262,16 @@ class ExecProcess:
                 conn.close()
                 continue
             conn.settimeout(None)
-            serve_in_thread(conn, request, int.from_bytes(head, "big"), "exec")
+            port = int.from_bytes(head, "big")
+            if self.spec.connect is not None:
+                up = self.spec.connect(port)
+                if up is None:
+                    conn.close()
+                    continue
+                threading.Thread(target=pump_sockets, args=(conn, up), daemon=True,
+                                 name=f"sim-exec-{port}").start()
+                continue
+            serve_in_thread(conn, request, port, "exec")
 
     def finish(self) -> tuple[int, str | None]:
         """``(exit code, exec failure reason or None)``; call after the process exited."""

@@ -41,6 +41,7 @@ import yaml
 from .controllers import Cluster, PodRecord, human_age
 from .execsandbox import ExecProcess, ExecSpec, exec_failure_message
 from .faults import Faults, hangs
+from .network import pump_sockets
 from .podhttp import serve_in_thread
 from .store import (
     ApiError,
@@ -145,6 +146,32 @@ def _deploy_cells(d: Obj) -> list[Any]:
             st.get("updatedReplicas", 0), st.get("availableReplicas", 0), age]
 
 
+def _service_cells(o: Obj) -> list[Any]:
+    spec = o.get("spec") or {}
+    ports = ",".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}" for p in spec.get("ports") or [])
+    age = human_age(time.time() - _parse_time(o["metadata"].get("creationTimestamp")))
+    sel = ",".join(f"{k}={v}" for k, v in sorted((spec.get("selector") or {}).items()))
+    return [o["metadata"]["name"], spec.get("type", "ClusterIP"), spec.get("clusterIP", "<none>"),
+            "<none>", ports or "<none>", age, sel or "<none>"]
+
+
+def _slice_cells(o: Obj) -> list[Any]:
+    ports = ",".join(str(p.get("port")) for p in o.get("ports") or [] if p.get("port") is not None)
+    addrs = [a for e in o.get("endpoints") or [] for a in e.get("addresses") or []]
+    shown = ",".join(addrs[:3]) + (f" + {len(addrs) - 3} more..." if len(addrs) > 3 else "")
+    age = human_age(time.time() - _parse_time(o["metadata"].get("creationTimestamp")))
+    return [o["metadata"]["name"], o.get("addressType", "IPv4"), ports or "<unset>",
+            shown or "<unset>", age]
+
+
+def _daemonset_cells(o: Obj) -> list[Any]:
+    st = o.get("status") or {}
+    age = human_age(time.time() - _parse_time(o["metadata"].get("creationTimestamp")))
+    return [o["metadata"]["name"], st.get("desiredNumberScheduled", 0),
+            st.get("currentNumberScheduled", 0), st.get("numberReady", 0),
+            st.get("updatedNumberScheduled", 0), st.get("numberAvailable", 0), "<none>", age]
+
+
 def _default_cells(o: Obj) -> list[Any]:
     age = human_age(time.time() - _parse_time(o["metadata"].get("creationTimestamp")))
     return [o["metadata"]["name"], age]
@@ -164,6 +191,19 @@ def table_for(rtype: ResourceType, items: list[Obj], rv: str, include: str) -> O
         cols = [_col("Name", desc="Name"), _col("Ready"), _col("Up-to-date", "integer"),
                 _col("Available", "integer"), _col("Age")]
         cells = _deploy_cells
+    elif rtype.kind == "Service":
+        cols = [_col("Name", desc="Name"), _col("Type"), _col("Cluster-IP"),
+                _col("External-IP"), _col("Port(s)"), _col("Age"), _col("Selector", priority=1)]
+        cells = _service_cells
+    elif rtype.kind == "EndpointSlice":
+        cols = [_col("Name", desc="Name"), _col("AddressType"), _col("Ports"),
+                _col("Endpoints"), _col("Age")]
+        cells = _slice_cells
+    elif rtype.kind == "DaemonSet":
+        cols = [_col("Name", desc="Name"), _col("Desired", "integer"), _col("Current", "integer"),
+                _col("Ready", "integer"), _col("Up-to-date", "integer"),
+                _col("Available", "integer"), _col("Node Selector"), _col("Age")]
+        cells = _daemonset_cells
     else:
         cols = [_col("Name", desc="Name"), _col("Age")]
         cells = _default_cells
@@ -705,6 +745,8 @@ class SimServer:
                 else "/"
             if raw_tail[-1:] and h.path.split("?")[0].endswith("/") and rest_path != "/":
                 rest_path += "/"
+            if plural == "services":
+                return self._service_proxy(h, ns or "", name, rest_path, raw_query, body)
             return self._proxy(h, ns or "", name, rest_path, raw_query, body)
         if sub in ("exec", "portforward"):
             pod = self.store.get(self.cluster.t_pod, ns, name)
@@ -928,7 +970,8 @@ class SimServer:
         proc = ExecProcess(ExecSpec(argv=list(argv), env=view.env, binds=view.binds,
                                     shm_dir=view.shm_dir, hostname=name, ports=view.ports,
                                     request=runtime.request if runtime is not None else None,
-                                    workdir=view.workdir), stdin=want_stdin)
+                                    workdir=view.workdir,
+                                    connect=getattr(runtime, "connect", None)), stdin=want_stdin)
         try:
             try:
                 proc.start()
@@ -1046,6 +1089,12 @@ class SimServer:
             ws.send(2 * i, le)
             ws.send(2 * i + 1, le)
             listening = runtime is not None and (served is None or port in served)
+            upstream = None
+            connect = getattr(runtime, "connect", None)
+            if listening and connect is not None:
+                # a real server: the data channel is its TCP connection, byte for byte
+                upstream = connect(port)
+                listening = upstream is not None
             if not listening:
                 ws.send(2 * i + 1, (
                     f"error forwarding port {port} to pod {sandbox_id}, uid : failed to execute "
@@ -1056,7 +1105,11 @@ class SimServer:
                 continue
             assert runtime is not None
             mine, theirs = socket.socketpair()
-            serve_in_thread(theirs, runtime.request, port, "portforward")
+            if upstream is not None:
+                threading.Thread(target=pump_sockets, args=(theirs, upstream), daemon=True,
+                                 name=f"sim-pf-{port}").start()
+            else:
+                serve_in_thread(theirs, runtime.request, port, "portforward")
             locals_[i] = mine
 
             def pump(idx: int = i, s: socket.socket = mine) -> bool:
@@ -1160,6 +1213,28 @@ class SimServer:
                 raise ApiError(503, "ServiceUnavailable",
                                f"error trying to reach service: dial tcp {rec.pod_ip}: connect: "
                                "connection refused")
+
+    # ---------------- service proxy ----------------
+    def _service_proxy(self, h: _Handler, ns: str, name_part: str, path: str, query: str,
+                       body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        """``/api/v1/namespaces/NS/services/[scheme:]NAME[:PORT]/proxy/PATH``: one ready
+        endpoint of the Service (round robin over its EndpointSlice's ready pods), then as the
+        pod proxy to that pod's target port. No ready endpoint: 503 ``no endpoints available
+        for service "NAME"`` (k8s.io/kubernetes ``pkg/registry/core/service/storage``
+        ``ResourceLocation``)."""
+        parts = name_part.split(":")
+        scheme, port_s = "http", ""
+        if len(parts) == 3:
+            scheme, sname, port_s = parts
+        elif len(parts) == 2:
+            sname, port_s = parts
+        else:
+            sname = name_part
+        targets, _svc = self.cluster.network.ready_targets(ns, sname, port_s)
+        with self._fault_lock:
+            self._svc_rr = getattr(self, "_svc_rr", 0) + 1
+            pick = targets[self._svc_rr % len(targets)]
+        return self._proxy(h, ns, f"{scheme}:{pick[0]}:{pick[1]}", path, query, body)
 
     # ---------------- pod proxy ----------------
     def _proxy(self, h: _Handler, ns: str, name_part: str, path: str, query: str,

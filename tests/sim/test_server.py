@@ -383,7 +383,7 @@ def test_deployment_pods_names_owners_and_status(api: Client) -> None:
         assert ref["kind"] == "ReplicaSet" and ref["name"] == rs["metadata"]["name"]
         assert ref["controller"] is True
         assert p["status"]["phase"] == "Running"
-        assert re.fullmatch(r"10\.\d+\.\d+\.\d+", p["status"]["podIP"])
+        assert re.fullmatch(r"127\.\d+\.\d+\.\d+", p["status"]["podIP"])  # loopback only
     assert len({p["status"]["podIP"] for p in pods}) == 3
     assert rs["metadata"]["ownerReferences"][0]["kind"] == "Deployment"
     code, dep, _ = api.call("GET", "/apis/apps/v1/namespaces/ns1/deployments/web")
@@ -430,7 +430,9 @@ def test_env_resolution_and_volumes(sim: Simulator) -> None:
     assert "MISSING" not in env
     assert env["VLLM_SERVER_DEV_MODE"] == "1"
     vd = rt.ctx.volume_dirs
-    assert set(vd) == {"data", "shm", "scratch"}  # configMap volume absent
+    assert set(vd) == {"data", "shm", "scratch", "cfgvol"}
+    # a configMap volume is a per-pod directory with one file per key, as the kubelet lays it
+    assert {f.name: f.read_text() for f in vd["cfgvol"].iterdir()} == {"k": "v", "other": "o"}
     assert vd["shm"] == rt.ctx.shm_dir
     others = [i for i in StandInRuntime.instances if i.ctx.uid != rec.uid and
               "data" in i.ctx.volume_dirs]

@@ -1,0 +1,992 @@
+"""Pods that run the real servers installed by ``make peers`` (``serve --real-servers LIST``).
+
+A pod of the simulated cluster whose container runs one of these servers runs it for real, in a
+bubblewrap sandbox with the pod's filesystem view (tests/sim/sandbox.py ``pod_view_argv``: its
+ConfigMaps, Secrets, emptyDirs and PVCs at their mount paths, its /dev/shm), the container's
+resolved environment, and the pod's hosts file at /etc/hosts (tests/sim/network.py), while
+sharing the machine's network so that it can listen on its pod address:
+
+| peer (``LIST``) | container recognised by | what runs |
+|---|---|---|
+| ``redis`` | ``redis-server`` in the argv, or a ``redis``/``valkey`` image without command | Debian's ``redis-server`` with the container's args, plus ``--bind POD_IP --protected-mode no`` |
+| ``mooncake`` | ``mooncake_master`` / ``mooncake_client`` | the venv's binary; ``--rpc_address``/``--host`` = POD_IP; the HTTP metadata server, which binds 0.0.0.0 whatever the flags say, gets a free port and the manifest's port is relayed to it from POD_IP |
+| ``lmcache`` | ``lmcache_controller``, ``-m lmcache.v1.standalone`` (a worker without vLLM), ``lmcache server`` (the MP server) | the command as written, with the LMCache venv first on PATH |
+| ``vllm`` | the vLLM container (tests/sim/controllers.py ``is_vllm_container``) | vLLM's CPU build serving the tiny model (tests/peers/tinymodel.py) with ``--load-format dummy`` under the manifest's served model name(s) and port |
+
+``all`` means every peer that is installed. A scenario rule may set ``real_server: true`` (or
+``false``) for one pod instead.
+
+**The pod's network, emulated.** Each pod would have its own network namespace, where binding
+``0.0.0.0`` is harmless; here every pod shares the machine's loopback, so a server must bind its
+pod address. Python servers get a ``sitecustomize`` (:data:`SITECUSTOMIZE`, on ``PYTHONPATH``)
+that maps a bind of ``0.0.0.0``/``""``/``*`` to the pod address (``socket`` and ``zmq``), and
+turns the "UDP connect to a public address to learn my IP" idiom (LMCache ``rpc_utils.get_ip``,
+vLLM ``get_ip``) into the pod address, as the pod's default route would; any TCP connection or
+datagram to an address outside 127.0.0.0/8 is refused with ``ENETUNREACH``. Nothing leaves the
+loopback. C servers get flags (above).
+
+**vLLM on CPU.** Flags the CPU build cannot run are refused when the manifests load, naming the
+flag (:func:`cpu_refusals`): tensor/pipeline/data parallel size > 1, expert parallel,
+``--kv-offloading-size`` and the OffloadingConnector, NIXL, P2P NCCL and Mooncake (transfer)
+connectors (research notes "real peers" §1). Other flags that matter to the plugin are passed on
+(:data:`VLLM_PASS_FLAGS`); the rest are dropped and listed in the pod's notes. The env adds
+``VLLM_TARGET_DEVICE=cpu``, ``VLLM_CPU_KVCACHE_SPACE=1``, ``VLLM_CPU_OMP_THREADS_BIND=nobind``,
+``HF_HUB_OFFLINE=1`` and ``VLLM_HOST_IP`` = the pod address; the pod's ``VLLM_SERVER_DEV_MODE``
+is kept as it is (so an invalid value crashes the real server too).
+
+**Lifecycle.** Servers start when the pod starts; the pod is Ready while each server's own
+health answer is good (:meth:`RealServer.healthy`: Redis ``PING`` -> ``PONG``, vLLM
+``/health`` 200, the MP server ``/healthcheck``, Mooncake's ``/metrics``, an HTTP answer from the
+LMCache controller's and worker's ports), probed every second by the cluster. A server that
+exits is restarted with a back-off (1, 2, 4 .. 16 s), as the kubelet restarts a container, so a
+server started before its peer catches up. Stopping: every process of the sandbox but bubblewrap
+itself gets SIGTERM, then, after :data:`STOP_GRACE` seconds, the sandbox's process group and pid
+namespace get SIGKILL; the cluster stops workers (rank 0) before their stores (rank 1).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .network import pump_sockets
+from .pods import PodContext, PodRuntime
+from .sandbox import DEFAULT_PATH, container_host_path, pod_view_argv, volume_binds
+from .serveargs import container_argv
+
+__all__ = ["PEER_NAMES", "RealPodRuntime", "RealServer", "cpu_refusals", "check_manifest_object",
+           "make_runtime", "parse_real_servers", "real_kind"]
+
+PEER_NAMES = ("vllm", "redis", "lmcache", "mooncake")
+STOP_GRACE = 5.0
+STORE_KINDS = {"redis", "mooncake-master", "lmcache-controller", "lmcache-mp"}
+SIM_DIR = "/.sim/real"
+MODEL_DIR = "/.sim/model"
+
+VLLM_PASS_FLAGS = {
+    "--served-model-name": "many", "--port": 1, "--kv-events-config": 1,
+    "--enable-prefix-caching": 0, "--no-enable-prefix-caching": 0, "--kv-transfer-config": 1,
+    "--max-num-seqs": 1, "--prefix-caching-hash-algo": 1, "--api-key": 1,
+    "--enable-log-requests": 0, "--disable-log-requests": 0, "--disable-log-stats": 0,
+}
+"""vLLM flags passed on to the real server (value count; ``many``: values up to the next flag)."""
+
+_ACCELERATOR_CONNECTORS = {
+    "NixlConnector": "NIXL needs a GPU",
+    "OffloadingConnector": "CPU offloading is only supported on CUDA-alike and XPU GPUs",
+    "P2pNcclConnector": "NCCL needs a GPU",
+    "MooncakeConnector": "Mooncake's transfer connector needs a GPU",
+    "LMCacheMPConnector": "the LMCache MP connector needs a GPU",
+}
+
+SITECUSTOMIZE = r'''"""A pod's network namespace, emulated on the shared loopback (tests/sim/realservers.py)."""
+import errno as _errno
+import ipaddress as _ip
+import os as _os
+import socket as _socket
+
+_POD_IP = _os.environ.get("KVRESET_SIM_POD_IP", "")
+
+
+def _loopback(host):
+    try:
+        return _ip.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _wildcard(host):
+    return host in ("", "0.0.0.0", "*")
+
+
+if _POD_IP:
+    _bind, _connect, _connect_ex, _sendto = (_socket.socket.bind, _socket.socket.connect,
+                                             _socket.socket.connect_ex, _socket.socket.sendto)
+
+    def bind(self, address):
+        if self.family == _socket.AF_INET and isinstance(address, tuple) and _wildcard(address[0]):
+            address = (_POD_IP,) + tuple(address[1:])
+        return _bind(self, address)
+
+    def _target(self, address):
+        if self.family not in (_socket.AF_INET, _socket.AF_INET6) or not isinstance(address, tuple):
+            return address
+        host = address[0]
+        try:
+            resolved = _socket.getaddrinfo(host, address[1], self.family)[0][4][0]
+        except (OSError, IndexError):
+            return address
+        if _loopback(resolved):
+            return address
+        if self.type & _socket.SOCK_DGRAM and self.family == _socket.AF_INET:
+            # "which address do I have?": the pod's own, as its default route would say
+            try:
+                _bind(self, (_POD_IP, 0))
+            except OSError:
+                pass
+            return (_POD_IP, address[1])
+        raise OSError(_errno.ENETUNREACH, "only loopback addresses are reachable from a pod "
+                      "of the simulated cluster: %s" % (host,))
+
+    def connect(self, address):
+        return _connect(self, _target(self, address))
+
+    def connect_ex(self, address):
+        try:
+            address = _target(self, address)
+        except OSError as exc:
+            return exc.errno
+        return _connect_ex(self, address)
+
+    def sendto(self, data, *args):
+        address = args[-1]
+        if self.family == _socket.AF_INET and isinstance(address, tuple):
+            try:
+                host = _socket.gethostbyname(address[0])
+            except OSError:
+                host = address[0]
+            if not _loopback(host):
+                raise OSError(_errno.ENETUNREACH, "only loopback addresses are reachable")
+        return _sendto(self, data, *args)
+
+    _socket.socket.bind, _socket.socket.connect = bind, connect
+    _socket.socket.connect_ex, _socket.socket.sendto = connect_ex, sendto
+
+    try:
+        import zmq as _zmq
+    except Exception:
+        _zmq = None
+    if _zmq is not None:
+        _zbind = _zmq.Socket.bind
+
+        def zbind(self, addr):
+            if isinstance(addr, bytes):
+                addr = addr.decode()
+            for wild in ("tcp://*:", "tcp://0.0.0.0:"):
+                if isinstance(addr, str) and addr.startswith(wild):
+                    addr = "tcp://%s:%s" % (_POD_IP, addr[len(wild):])
+            return _zbind(self, addr)
+
+        _zmq.Socket.bind = zbind
+'''
+
+
+# ------------------------------------------------------------------------------ peers
+
+
+def _peers() -> Any:
+    import tests.peers as peers
+    return peers
+
+
+def parse_real_servers(text: str | None) -> frozenset[str]:
+    """``--real-servers`` value -> peer names. ``all`` = every installed peer; an explicit
+    name must be installed. Raises ``ValueError`` naming an unknown or missing peer and
+    ``make peers``."""
+    names = [n.strip() for n in (text or "").split(",") if n.strip()]
+    if not names:
+        return frozenset()
+    peers = _peers()
+    out: set[str] = set()
+    for n in names:
+        if n == "all":
+            out.update(p for p in PEER_NAMES if not peers.missing(p))
+            continue
+        if n not in PEER_NAMES:
+            raise ValueError(f"--real-servers: unknown server {n!r} (choose from "
+                             f"{', '.join(PEER_NAMES)} or all)")
+        if peers.missing(n):
+            raise ValueError(f"--real-servers: {n} is not installed (run make peers)")
+        out.add(n)
+    return frozenset(out)
+
+
+def _venv_of(exe: str) -> Path:
+    return Path(exe).parent.parent
+
+
+def _base_prefix(venv: Path) -> Path | None:
+    """The Python installation a venv was made from (``home`` in its pyvenv.cfg, one up)."""
+    try:
+        for line in (venv / "pyvenv.cfg").read_text().splitlines():
+            k, _, v = line.partition("=")
+            if k.strip() == "home":
+                return Path(v.strip()).resolve().parent
+    except OSError:
+        pass
+    return None
+
+
+# ------------------------------------------------------------------------------ recognising
+
+
+def _vllm_container(c: dict[str, Any]) -> bool:
+    from .controllers import is_vllm_container
+    return is_vllm_container(c)
+
+
+def real_kind(container: dict[str, Any], argv: list[str] | None) -> str | None:
+    """The real server a container runs: ``redis``, ``mooncake-master``, ``mooncake-client``,
+    ``lmcache-controller``, ``lmcache-worker``, ``lmcache-mp``, ``vllm``, or None."""
+    words = [os.path.basename(a) for a in (argv or [])]
+    text = " ".join(argv or [])
+    image = str(container.get("image") or "").split("@")[0].rsplit("/", 1)[-1].split(":")[0]
+    if "redis-server" in words or (not container.get("command") and image in ("redis", "valkey")):
+        return "redis"
+    if "mooncake_master" in words:
+        return "mooncake-master"
+    if "mooncake_client" in words:
+        return "mooncake-client"
+    if "lmcache_controller" in words or "lmcache.v1.api_server" in text:
+        return "lmcache-controller"
+    if "lmcache.v1.standalone" in text:
+        return "lmcache-worker"
+    if "lmcache" in words and "server" in words[words.index("lmcache"):][:2]:
+        return "lmcache-mp"
+    if _vllm_container(container):
+        return "vllm"
+    return None
+
+
+def peer_of(kind: str) -> str:
+    """The ``--real-servers`` name of a server kind (``lmcache-mp`` -> ``lmcache``)."""
+    return kind.split("-")[0]
+
+
+# ------------------------------------------------------------------------------ flags
+
+
+def _flag_value(argv: list[str], *names: str) -> str | None:
+    """The last value of ``--name V`` / ``--name=V`` (gflags' ``-name`` too), or None."""
+    found = None
+    for i, tok in enumerate(argv):
+        for n in names:
+            bare = n.lstrip("-")
+            for prefix in (f"--{bare}", f"-{bare}"):
+                if tok == prefix and i + 1 < len(argv):
+                    found = argv[i + 1]
+                elif tok.startswith(prefix + "="):
+                    found = tok.split("=", 1)[1]
+    return found
+
+
+def _without_flags(argv: list[str], *names: str) -> list[str]:
+    """``argv`` without the ``--name V`` / ``--name=V`` forms of ``names``."""
+    out, skip = [], False
+    bare = {n.lstrip("-") for n in names}
+    for tok in argv:
+        if skip:
+            skip = False
+            continue
+        stem = tok.lstrip("-").split("=", 1)[0]
+        if tok.startswith("-") and stem in bare:
+            skip = "=" not in tok
+            continue
+        out.append(tok)
+    return out
+
+
+def cpu_refusals(argv: list[str]) -> list[str]:
+    """Why vLLM's CPU build cannot run this ``vllm serve`` argv: one message per refused flag,
+    naming it (empty: it can). Sources: research notes "real peers" §1 (CPU offloading and
+    external DP fail on 0.32.0 CPU), vLLM ``vllm/platforms/cpu.py``."""
+    out = []
+    for names, what in ((("--tensor-parallel-size", "-tp"), "tensor parallel"),
+                        (("--pipeline-parallel-size", "-pp"), "pipeline parallel"),
+                        (("--data-parallel-size", "-dp"), "data parallel")):
+        v = _flag_value(argv, *names)
+        if v is not None and v.isdigit() and int(v) > 1:
+            out.append(f"{names[0]} {v}: {what} > 1 does not run on vLLM's CPU build")
+    if any(t == "--enable-expert-parallel" or t.startswith("--enable-expert-parallel=")
+           for t in argv):
+        out.append("--enable-expert-parallel: expert parallel does not run on vLLM's CPU build")
+    if _flag_value(argv, "--kv-offloading-size") is not None:
+        out.append("--kv-offloading-size: CPU offloading is only supported on CUDA-alike and "
+                   "XPU GPUs")
+    raw = _flag_value(argv, "--kv-transfer-config")
+    if raw:
+        try:
+            cfg = json.loads(raw)
+        except ValueError:
+            cfg = None
+        names = []
+        if isinstance(cfg, dict):
+            names.append(str(cfg.get("kv_connector") or ""))
+            extra = cfg.get("kv_connector_extra_config") or {}
+            for sub in (extra.get("connectors") or []) if isinstance(extra, dict) else []:
+                if isinstance(sub, dict):
+                    names.append(str(sub.get("kv_connector") or ""))
+        for n in names:
+            if n in _ACCELERATOR_CONNECTORS:
+                out.append(f"--kv-transfer-config kv_connector {n}: {_ACCELERATOR_CONNECTORS[n]}"
+                           " (not on vLLM's CPU build)")
+    return out
+
+
+def check_manifest_object(obj: dict[str, Any], real: frozenset[str]) -> None:
+    """At load, with ``vllm`` among ``real``: raise ``ValueError`` naming the object, container
+    and flag when a vLLM container's literal command/args cannot run on the CPU build."""
+    if "vllm" not in real:
+        return
+    from .controllers import pod_specs_of
+    md = obj.get("metadata") or {}
+    for spec in pod_specs_of(obj):
+        for c in spec.get("containers") or []:
+            if not isinstance(c, dict) or not _vllm_container(c):
+                continue
+            argv = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+            text = " ".join(argv)
+            if len(argv) <= 3 and ("-c" in argv):   # a shell script: split it as the shell would
+                try:
+                    argv = shlex.split(text)
+                except ValueError:
+                    pass
+            why = cpu_refusals(argv)
+            if why:
+                raise ValueError(f"{obj.get('kind')} {md.get('name')} container {c.get('name')}"
+                                 f": {why[0]}; use a manifest valid on the CPU build for "
+                                 "--real-servers vllm")
+
+
+# ------------------------------------------------------------------------------ one server
+
+
+def _http_status(ip: str, port: int, path: str, timeout: float = 2.0) -> int | None:
+    try:
+        conn = http.client.HTTPConnection(ip, port, timeout=timeout)
+        try:
+            conn.request("GET", path)
+            return conn.getresponse().status
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException):
+        return None
+
+
+def _redis_ping(ip: str, port: int) -> bool:
+    try:
+        with socket.create_connection((ip, port), timeout=2) as s:
+            s.sendall(b"*1\r\n$4\r\nPING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _running(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        return int(s.getsockname()[1])
+
+
+class _PortRelay:
+    """``ip:port`` -> ``127.0.0.1:target``: the manifest's port of a server that had to be
+    moved to a free port (it binds 0.0.0.0)."""
+
+    def __init__(self, ip: str, port: int, target: int) -> None:
+        self.target = target
+        self._sock = socket.socket()
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((ip, port))
+        self._sock.listen(64)
+        threading.Thread(target=self._accept, daemon=True, name=f"sim-relay-{port}").start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            try:
+                up = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+            except OSError:
+                conn.close()
+                continue
+            up.settimeout(None)
+            threading.Thread(target=pump_sockets, args=(conn, up), daemon=True).start()
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+
+@dataclass
+class Launch:
+    """How to run one real server: ``argv`` inside the sandbox, ``env`` (whole), ``ports`` it
+    serves on the pod address (for port-forward, exec and the proxy), ``moved`` (manifest
+    port -> the free port it really listens on, at 127.0.0.1), ``probe`` kind and port,
+    ``extra_binds`` ``(host path, sandbox path)`` read-only, ``notes``."""
+
+    kind: str
+    container: str
+    argv: list[str]
+    env: dict[str, str]
+    ports: list[int]
+    probe: tuple[str, int, str] | None
+    moved: dict[int, int] = field(default_factory=dict)
+    extra_binds: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+class RealServer:
+    """One running real server (a bubblewrap sandbox). ``start()`` launches it, ``healthy()``
+    asks its health, ``poll()`` restarts it after it exited (back-off 1..16 s), ``stop()``
+    ends it (SIGTERM to its processes, SIGKILL after ``STOP_GRACE`` s). Thread-safe."""
+
+    def __init__(self, launch: Launch, pod_ip: str, bwrap_prefix: list[str], log: Path) -> None:
+        self.launch = launch
+        self.pod_ip = pod_ip
+        self.prefix = bwrap_prefix
+        self.log_path = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self.exit_codes: list[int] = []
+        self._lock = threading.Lock()
+        self._next_start = 0.0
+        self._stopped = False
+        self._relays: list[_PortRelay] = []
+
+    def start(self) -> None:
+        """Launch (or relaunch) the sandbox, output appended to the log file."""
+        with self._lock:
+            if self._stopped:
+                return
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log_path, "ab") as log:
+                log.write(f"--- start {time.strftime('%H:%M:%S')}: "
+                          f"{shlex.join(self.launch.argv)}\n".encode())
+                log.flush()
+                self.proc = subprocess.Popen(
+                    [*self.prefix, "--", *self.launch.argv], stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            if not self._relays:
+                for port, target in self.launch.moved.items():
+                    try:
+                        self._relays.append(_PortRelay(self.pod_ip, port, target))
+                    except OSError as e:
+                        self.launch.notes.append(f"cannot relay {self.pod_ip}:{port}: {e}")
+
+    def alive(self) -> bool:
+        """True while the server's sandbox runs."""
+        p = self.proc
+        return p is not None and p.poll() is None
+
+    def poll(self) -> None:
+        """Restart a server that exited, after its back-off (kubelet ``CrashLoopBackOff``)."""
+        p = self.proc
+        if self._stopped or p is None or p.poll() is None:
+            return
+        now = time.monotonic()
+        if self._next_start == 0.0:
+            self.exit_codes.append(int(p.returncode))
+            self._next_start = now + min(16.0, 2.0 ** min(self.restarts, 4))
+            return
+        if now >= self._next_start:
+            self._next_start = 0.0
+            self.restarts += 1
+            self.start()
+
+    def healthy(self) -> bool:
+        """The server's own health answer (module docstring); False while it is not running."""
+        if not self.alive():
+            return False
+        probe = self.launch.probe
+        if probe is None:
+            return True
+        how, port, path = probe
+        if how == "redis":
+            return _redis_ping(self.pod_ip, port)
+        if how == "tcp":
+            try:
+                with socket.create_connection((self.pod_ip, port), timeout=2):
+                    return True
+            except OSError:
+                return False
+        status = _http_status(self.pod_ip, port, path)
+        if how == "http-any":
+            return status is not None
+        return status == 200
+
+    def _sandbox_pids(self) -> list[int]:
+        """Every process of the sandbox (same process group or pid namespace as bwrap)."""
+        p = self.proc
+        if p is None:
+            return []
+        try:
+            ns = os.readlink(f"/proc/{p.pid}/ns/pid")
+        except OSError:
+            ns = None
+        inner_ns = None
+        out = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            try:
+                pgid = os.getpgid(pid)
+                pns = os.readlink(f"/proc/{pid}/ns/pid")
+            except OSError:
+                continue
+            if pgid == p.pid or (inner_ns is not None and pns == inner_ns):
+                out.append(pid)
+                if pns != ns:
+                    inner_ns = pns
+        return out
+
+    def _comm(self, pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            return ""
+
+    def stop(self, grace: float = STOP_GRACE) -> None:
+        """SIGTERM every process of the sandbox except bubblewrap's own, wait up to ``grace``
+        seconds, then SIGKILL the process group (bubblewrap's death takes its pid namespace,
+        so nothing survives). Idempotent."""
+        with self._lock:
+            self._stopped = True
+            for r in self._relays:
+                r.close()
+            p = self.proc
+        if p is None:
+            return
+        if p.poll() is None:
+            for pid in self._sandbox_pids():
+                if self._comm(pid) != "bwrap":
+                    try:
+                        os.kill(pid, signal.SIGTERM)
+                    except OSError:
+                        pass
+            try:
+                p.wait(grace)
+            except subprocess.TimeoutExpired:
+                pass
+        left = self._sandbox_pids()
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        # SIGKILL is asynchronous: return once every process of the sandbox is gone (or a
+        # zombie waiting for its reaper), at most 5 s later
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(_running(pid) for pid in left):
+            time.sleep(0.05)
+
+    def state(self) -> dict[str, Any]:
+        """``kind``, ``container``, ``argv``, ``pid``, ``running``, ``restarts``,
+        ``exit_codes``, ``ports``, ``moved_ports``, ``log``, ``notes``."""
+        p = self.proc
+        return {"kind": self.launch.kind, "container": self.launch.container,
+                "argv": list(self.launch.argv), "pid": p.pid if p is not None else None,
+                "running": self.alive(), "restarts": self.restarts,
+                "exit_codes": list(self.exit_codes), "ports": list(self.launch.ports),
+                "moved_ports": {str(k): v for k, v in self.launch.moved.items()},
+                "log": str(self.log_path), "notes": list(self.launch.notes)}
+
+
+# ------------------------------------------------------------------------------ the pod
+
+
+_TINY_LOCK = threading.Lock()
+
+
+def _tiny_model(state_dir: Path) -> Path:
+    out = state_dir / "models" / "tiny"
+    with _TINY_LOCK:
+        from tests.peers.tinymodel import write_tiny_model
+        return write_tiny_model(out)
+
+
+class RealPodRuntime(PodRuntime):
+    """A pod whose containers run real servers (module docstring). Containers that run none of
+    them run nothing (noted). Implements the runtime protocol of tests/sim/controllers.py plus
+    ``connect(port)`` (a TCP connection to the server, for port-forward, exec and Service
+    relays), ``is_ready()`` (every server healthy), ``probe()`` (restart exited servers) and
+    ``stop_rank`` (0: a worker/engine, 1: a store, stopped after the workers)."""
+
+    def __init__(self, ctx: PodContext) -> None:
+        super().__init__(ctx)
+        self.servers: list[RealServer] = []
+        self.stop_rank = 0
+        self.real_ports: dict[int, RealServer] = {}
+
+    # ---- start ----
+    def start(self) -> None:
+        """Work out each container's server and launch it; never raises (reasons in notes)."""
+        try:
+            self._start_real()
+        except Exception as exc:  # noqa: BLE001 - a pod must never take the server down
+            self.notes.append(f"start failed: {type(exc).__name__}: {exc}")
+        finally:
+            self._started = True
+
+    def _start_real(self) -> None:
+        ctx, spec = self.ctx, self.ctx.spec or {}
+        allowed = set(ctx.overrides.get("real_servers") or [])
+        forced = ctx.overrides.get("real_server")
+        for c in [c for c in spec.get("containers") or [] if isinstance(c, dict)]:
+            name = str(c.get("name") or "")
+            env = dict(ctx.env_by_container.get(name) or {})
+            if _vllm_container(c):
+                self._apply_dev_override(env)
+                self._vllm_container = name
+            self._env[name] = env
+            argv = container_argv(c, env)
+            kind = real_kind(c, argv)
+            if kind is None or (forced is not True and peer_of(kind) not in allowed):
+                self.notes.append(f"container {name}: runs no real server")
+                continue
+            if _peers().missing(peer_of(kind)):
+                self.notes.append(f"container {name}: {peer_of(kind)} is not installed "
+                                  "(run make peers); it runs nothing")
+                continue
+            launch = self._launch(kind, c, name, env, argv)
+            if launch is None:
+                continue
+            if kind in STORE_KINDS:
+                self.stop_rank = 1
+            binds = volume_binds(c, ctx.volume_dirs)
+            self._recorded[name] = list(launch.argv)
+            server = RealServer(launch, ctx.pod_ip, self._bwrap(binds, launch),
+                                ctx.work_dir / "logs" / f"{name}.log")
+            self.servers.append(server)
+            for p in launch.ports:
+                self.real_ports[p] = server
+        for s in self.servers:
+            s.start()
+
+    def _bwrap(self, binds: list[Any], launch: Launch) -> list[str]:
+        ctx = self.ctx
+        view = pod_view_argv(binds, ctx.shm_dir)
+        # the machine's network (the pod's address is one of its loopback addresses), its own
+        # pid namespace (so nothing outlives it), and no new session (one process group)
+        view = [t for t in view if t not in ("--unshare-all", "--new-session")]
+        view[1:1] = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        run = ctx.work_dir / "real"
+        run.mkdir(parents=True, exist_ok=True)
+        (run / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        hosts = ctx.overrides.get("hosts_file")
+        # /sys read-only: vLLM's CPU worker asks lscpu for the CPU topology
+        view += ["--ro-bind", "/sys", "/sys", "--ro-bind", str(run), SIM_DIR]
+        if hosts:
+            view += ["--ro-bind", str(hosts), "/etc/hosts"]
+        for host, dest in launch.extra_binds:
+            view += ["--ro-bind", host, dest]
+        view += ["--hostname", ctx.name[:63] or "pod", "--chdir", "/", "--clearenv"]
+        for k, v in sorted(launch.env.items()):
+            view += ["--setenv", k, v]
+        return view
+
+    def _base_env(self, env: dict[str, str], bins: list[str]) -> dict[str, str]:
+        out = dict(env)
+        path = out.get("PATH") or DEFAULT_PATH
+        out["PATH"] = ":".join([*bins, path])
+        out.setdefault("HOSTNAME", self.ctx.name)
+        out["HOME"] = "/tmp/home"
+        out["KVRESET_SIM_POD_IP"] = self.ctx.pod_ip
+        out["POD_IP"] = out.get("POD_IP") or self.ctx.pod_ip
+        out["PYTHONPATH"] = ":".join(p for p in (SIM_DIR, out.get("PYTHONPATH", "")) if p)
+        out.setdefault("PYTHONUNBUFFERED", "1")
+        return out
+
+    def _venv_binds(self, exe: str) -> list[tuple[str, str]]:
+        venv = _venv_of(exe)
+        out = [(str(venv), str(venv))]
+        base = _base_prefix(venv)
+        if base is not None and not str(base).startswith(("/usr", "/bin", "/lib")):
+            out.append((str(base), str(base)))
+        return out
+
+    def _launch(self, kind: str, c: dict[str, Any], name: str, env: dict[str, str],
+                argv: list[str] | None) -> Launch | None:
+        peers = _peers()
+        ip = self.ctx.pod_ip
+        if kind == "redis":
+            exe = peers.redis_server()
+            rest = (argv or [])[(argv or []).index(next(a for a in argv if a.endswith("redis-server"))) + 1:] \
+                if argv and any(a.endswith("redis-server") for a in argv) else list(c.get("args") or [])
+            port = int(_flag_value(rest, "--port") or 6379)
+            full = [str(exe), *rest, "--bind", ip, "--protected-mode", "no", "--dir", "/tmp"]
+            if _flag_value(rest, "--save") is None:
+                full += ["--save", ""]
+            if _flag_value(rest, "--appendonly") is None:
+                full += ["--appendonly", "no"]
+            return Launch(kind, name, full, self._base_env(env, []), [port], ("redis", port, ""))
+        if kind.startswith("mooncake"):
+            binary = "mooncake_master" if kind == "mooncake-master" else "mooncake_client"
+            exe = peers.mooncake_master() if kind == "mooncake-master" else peers.mooncake_client()
+            assert argv is not None
+            i = next(i for i, a in enumerate(argv) if os.path.basename(a) == binary)
+            rest = list(argv[i + 1:])
+            moved: dict[int, int] = {}
+            if kind == "mooncake-master":
+                rpc = int(_flag_value(rest, "rpc_port") or 50051)
+                metrics = int(_flag_value(rest, "metrics_port") or 9003)
+                rest = _without_flags(rest, "rpc_address", "metrics_host")
+                rest += [f"--rpc_address={ip}", f"--metrics_host={ip}"]
+                ports = [rpc, metrics]
+                if (_flag_value(rest, "enable_http_metadata_server") or "").lower() in ("true", "1"):
+                    hp = int(_flag_value(rest, "http_metadata_server_port") or 8080)
+                    free = _free_port()
+                    rest = _without_flags(rest, "http_metadata_server_port")
+                    rest += [f"--http_metadata_server_port={free}"]
+                    moved[hp] = free
+                    ports.append(hp)
+                probe: tuple[str, int, str] | None = ("http", metrics, "/metrics")
+            else:
+                port = int(_flag_value(rest, "port") or 50052)
+                rest = _without_flags(rest, "host")
+                rest += [f"--host={ip}"]
+                ports = [port]
+                probe = None
+            full = [str(exe), *rest]
+            launch = Launch(kind, name, full, self._base_env(env, [str(Path(str(exe)).parent)]),
+                            ports, probe, moved, self._venv_binds(str(exe)))
+            return launch
+        if kind.startswith("lmcache"):
+            exe = peers.lmcache_python()
+            assert argv is not None and exe is not None
+            bindir = str(Path(exe).parent)
+            full = list(argv)
+            base = os.path.basename(full[0])
+            if base.startswith("python"):
+                full[0] = exe
+            elif base in ("lmcache_controller", "lmcache"):
+                full[0] = str(Path(bindir) / base)
+            ports: list[int] = []  # type: ignore[no-redef]
+            probe = None
+            if kind == "lmcache-controller":
+                port = int(_flag_value(full, "--port") or 9000)
+                ports = [port]
+                mon = _flag_value(full, "--monitor-ports")
+                try:
+                    ports += [int(v) for v in json.loads(mon or "{}").values()]
+                except (ValueError, TypeError, AttributeError):
+                    pass
+                probe = ("http-any", port, "/")
+            elif kind == "lmcache-mp":
+                http_port = int(_flag_value(full, "--http-port") or 8080)
+                ports = [int(_flag_value(full, "--port") or 5555), http_port]
+                prom = _flag_value(full, "--prometheus-port")
+                if prom:
+                    ports.append(int(prom))
+                probe = ("http", http_port, "/healthcheck")
+            else:
+                cfg = self._worker_config(c, full)
+                api = cfg.get("internal_api_server_port_start")
+                if cfg.get("internal_api_server_enabled") and api is not None:
+                    ports = [int(api) + 1]
+                    probe = ("http-any", int(api) + 1, "/")
+                ports += [int(p) for p in cfg.get("lmcache_worker_ports") or []]
+            wenv = self._base_env(env, [bindir])
+            wenv.setdefault("PYTHONHASHSEED", "0")
+            return Launch(kind, name, full, wenv, ports, probe, {}, self._venv_binds(exe))
+        if kind == "vllm":
+            return self._vllm_launch(c, name, env)
+        return None
+
+    def _worker_config(self, c: dict[str, Any], argv: list[str]) -> dict[str, Any]:
+        path = _flag_value(argv, "--config") or (self._env.get(str(c.get("name")), {})
+                                                  .get("LMCACHE_CONFIG_FILE"))
+        if not path:
+            return {}
+        host = container_host_path(path, volume_binds(c, self.ctx.volume_dirs))
+        try:
+            data = yaml.safe_load(host.read_text()) if host is not None else None
+        except (OSError, yaml.YAMLError):
+            data = None
+        return data if isinstance(data, dict) else {}
+
+    def _vllm_launch(self, c: dict[str, Any], name: str, env: dict[str, str]) -> Launch | None:
+        peers = _peers()
+        exe = peers.vllm()
+        binds = volume_binds(c, self.ctx.volume_dirs)
+        serve = self._find_serve_args(c, name, env, binds)
+        if serve is None:
+            self.notes.append(f"container {name}: no vllm serve command found")
+            return None
+        recorded = list(serve.argv)
+        refused = cpu_refusals(recorded)
+        if refused:
+            self.notes += [f"container {name}: {r}" for r in refused]
+            self._crashed = True
+            return None
+        start = next((i for i, t in enumerate(recorded) if t == "serve"), 0) + 1
+        args = recorded[start:]
+        passed: list[str] = []
+        dropped: list[str] = []
+        i = 0
+        while i < len(args):
+            tok = args[i]
+            flag = tok.split("=", 1)[0]
+            if not tok.startswith("-"):
+                i += 1     # the model (positional) is replaced by the tiny one
+                continue
+            count = VLLM_PASS_FLAGS.get(flag)
+            n = 0
+            if "=" not in tok:
+                while i + 1 + n < len(args) and not args[i + 1 + n].startswith("--"):
+                    n += 1
+            if count is None:
+                dropped.append(flag)
+            elif flag != "--port":
+                passed += args[i:i + 1 + n]
+            i += 1 + n
+        if "--served-model-name" not in passed:
+            passed += ["--served-model-name", serve.served_model_name or serve.model]
+        model = _tiny_model(Path(self.ctx.overrides.get("sim_state_dir") or self.ctx.work_dir))
+        port = serve.api_ports[0] if serve.api_ports else serve.port
+        full = [str(exe), "serve", MODEL_DIR, *passed, "--port", str(port), "--host",
+                self.ctx.pod_ip, "--load-format", "dummy", "--dtype", "float32",
+                "--max-model-len", "512", "--enforce-eager"]
+        venv_bin = str(Path(str(exe)).parent)
+        venv = self._base_env(env, [venv_bin])
+        venv.update({"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+                     "HF_HUB_OFFLINE": "1", "VLLM_HOST_IP": self.ctx.pod_ip,
+                     "OMP_NUM_THREADS": venv.get("OMP_NUM_THREADS", "1")})
+        venv.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        launch = Launch("vllm", name, full, venv, [port], ("http", port, "/health"), {},
+                        [*self._venv_binds(str(exe)), (str(model), MODEL_DIR)])
+        if dropped:
+            launch.notes.append("flags not passed to the CPU build: " + " ".join(sorted(set(dropped))))
+        self._version = "0.32.0"
+        return launch
+
+    # ---- runtime protocol ----
+    def is_ready(self) -> bool:
+        """Every server answers its health check (False without servers)."""
+        return bool(self.servers) and all(s.healthy() for s in self.servers)
+
+    def probe(self) -> None:
+        """Restart servers that exited (after their back-off)."""
+        for s in self.servers:
+            s.poll()
+
+    def served_ports(self) -> list[int]:
+        """The ports the real servers serve (sorted; none once stopped)."""
+        return [] if self._stopped else sorted(self.real_ports)
+
+    def connect(self, port: int) -> socket.socket | None:
+        """A TCP connection to the server on ``port`` at the pod address (its moved port for
+        a server that binds 0.0.0.0), or None when nothing of this pod serves it or it refuses."""
+        server = self.real_ports.get(int(port))
+        if server is None or self._stopped:
+            return None
+        target = (self.ctx.pod_ip, int(port))
+        if int(port) in server.launch.moved:
+            target = ("127.0.0.1", server.launch.moved[int(port)])
+        try:
+            s = socket.create_connection(target, timeout=5)
+        except OSError:
+            return None
+        s.settimeout(None)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return s
+
+    def request(self, port: int, method: str, path: str, query: str, headers: dict[str, str],
+                body: bytes, *, scheme: str = "http", transport: str = "proxy"
+                ) -> tuple[int, list[tuple[str, str]], bytes] | None:
+        """An HTTP request to the real server on ``port`` (for the pod proxy); None when the
+        connection is refused or breaks (the proxy then answers 503 connection refused)."""
+        sock = self.connect(port)
+        if sock is None:
+            return None
+        conn = http.client.HTTPConnection(self.ctx.pod_ip, int(port), timeout=300)
+        conn.sock = sock
+        try:
+            hdrs = {k: v for k, v in headers.items() if k.lower() not in ("host", "content-length")}
+            hdrs["Host"] = f"{self.ctx.pod_ip}:{port}"
+            conn.request(method, path + (f"?{query}" if query else ""), body=body or None,
+                         headers=hdrs)
+            resp = conn.getresponse()
+            data = resp.read()
+            return resp.status, list(resp.getheaders()), data
+        except (OSError, http.client.HTTPException):
+            return None
+        finally:
+            conn.close()
+
+    def exec_view(self, container: str) -> Any:
+        """As :meth:`PodRuntime.exec_view`, with the real servers' ports on localhost."""
+        view = super().exec_view(container)
+        if view is None:
+            return None
+        from dataclasses import replace
+        return replace(view, ports=self.served_ports())
+
+    def state(self, listing_cache: dict[str, list[str]] | None = None) -> dict[str, Any]:
+        """The pod runtime's state plus ``real_servers``: one entry per server
+        (:meth:`RealServer.state`: kind, argv, pid, running, restarts, ports, log path)."""
+        out = super().state(listing_cache)
+        out["ports"] = {str(p): {"real": True, "kind": s.launch.kind}
+                        for p, s in sorted(self.real_ports.items())}
+        out["real_servers"] = [s.state() for s in self.servers]
+        for s in self.servers:
+            out["notes"] = list(out.get("notes") or []) + s.launch.notes
+        return out
+
+    def stop(self) -> None:
+        """Stop every server of the pod (in parallel); later requests get None."""
+        self._stopped = True
+        threads = [threading.Thread(target=s.stop) for s in self.servers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
+def wants_real(ctx: PodContext) -> bool:
+    """True when a container of the pod runs a server named in the pod's ``real_servers``
+    override (or the pod's scenario says ``real_server: true``); ``real_server: false`` opts a
+    pod out."""
+    forced = ctx.overrides.get("real_server")
+    if forced is False:
+        return False
+    allowed = set(ctx.overrides.get("real_servers") or [])
+    if not allowed and forced is not True:
+        return False
+    for c in (ctx.spec or {}).get("containers") or []:
+        if not isinstance(c, dict):
+            continue
+        kind = real_kind(c, container_argv(c, ctx.env_by_container.get(str(c.get("name")), {})))
+        if kind is not None and (forced is True or peer_of(kind) in allowed):
+            return True
+    return False
+
+
+def make_runtime(ctx: PodContext) -> PodRuntime:
+    """The runtime of a pod: :class:`RealPodRuntime` when it runs a real server
+    (:func:`wants_real`), else the simulated :class:`tests.sim.pods.PodRuntime`."""
+    return RealPodRuntime(ctx) if wants_real(ctx) else PodRuntime(ctx)
+
