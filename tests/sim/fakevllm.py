@@ -14,27 +14,58 @@ Every behaviour here comes from research/vllm.md (read from vLLM release wheels)
 - §2 ``/metrics`` families per release, labels ``model_name`` and ``engine``; the usage gauge does
   not move on reset.
 - §3.2 what ``reset_external=true`` clears per connector/spec/release.
+
+Checked against the real 0.32.0 CPU build by the referee suite (``tests/referee``), which also
+fixed: the 400 message text (``loc`` dotted), ``/openapi.json``, ``/server_info`` (text, json, a
+bad ``config_format``), 0.32.0's ``/metrics`` families, streamed completions during which a
+reset fails (or preempts), and prefix-cache hits counted by prompt content. Settled from the
+installed 0.32.0 sources:
+
+- **Data-parallel aggregation.** One API server's reset answer is the AND over every engine it
+  manages: ``vllm/v1/engine/core_client.py::AsyncMPClient.reset_prefix_cache_async`` returns
+  ``all(await self.call_utility_all_async("reset_prefix_cache", ...))``, and neither
+  ``DPAsyncMPClient`` nor ``DPLBAsyncMPClient`` overrides it (``DPLBAsyncMPClient`` overrides
+  only ``call_utility_async``, "only the result from the first engine", which other utilities
+  use). ``vllm/v1/engine/async_llm.py::AsyncLLM.reset_prefix_cache`` calls it;
+  ``vllm/entrypoints/serve/dev/cache/api_router.py::reset_prefix_cache`` wraps it as
+  ``{"success": bool(success)}``. So from 0.32.0 (research/vllm.md §1.1 step 5 saw the same
+  in 0.33.0; 0.29-0.31 stay unread) one busy engine makes the answer ``false``. This fake
+  models one engine per API port.
+- **MooncakeStoreConnector.** Its ``reset_cache`` runs ``remove_all`` in 0.32.0:
+  ``vllm/distributed/kv_transfer/kv_connector/v1/mooncake/store/connector.py::
+  MooncakeStoreConnector.reset_cache`` (scheduler role) calls ``scheduler.py::
+  MooncakeStoreScheduler.reset_store``, whose ``worker.py::LookupKeyClient.reset`` sends
+  ``RESET_MSG`` to worker rank 0, where
+  ``worker.py::LookupKeyServer`` drains the send queue and calls
+  ``store.remove_all(force=True)``; True on the worker's ACK, False on NACK or RPC error (then
+  the reset answers ``success:false``, ``v1/core/sched/scheduler.py::reset_connector_cache``).
+- **No connector** counts as success (``reset_connector_cache`` returns True).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.samples import Sample
 
+from . import vllm032
 from .serveargs import ConnectorInfo
 
 __all__ = [
+    "BLOCK_SIZE",
     "FakeVLLM",
     "Response",
+    "StreamBody",
     "dev_mode_state",
     "parse_version",
     "reset_clears_cpu_tier",
@@ -44,7 +75,11 @@ Response = tuple[int, list[tuple[str, str]], bytes]
 """(HTTP status, headers as (name, value) pairs, body)."""
 
 _JSON = [("content-type", "application/json")]
+_SSE = [("content-type", "text/event-stream; charset=utf-8")]
 _TRUE = {"true", "1", "yes", "on", "t", "y"}
+BLOCK_SIZE = 16
+"""Tokens per KV block of the fake (vLLM's GPU default; the CPU build uses 128). Prefix-cache
+hits count whole blocks only, as ``vllm/v1/core/kv_cache_manager.py`` does."""
 _FALSE = {"false", "0", "no", "off", "f", "n"}
 
 
@@ -101,11 +136,91 @@ def _not_found() -> Response:
 
 
 def _validation_error(param: str, value: str) -> Response:
+    """vLLM's 400 for a query value pydantic cannot parse as a boolean. The message text is
+    the one 0.32.0 sends (``vllm/entrypoints/serve/exception_handling``: the errors joined
+    after ``1 validation error:``, ``loc`` dotted), checked by the referee suite."""
     detail = (
-        f"1 validation error:\n  {{'type': 'bool_parsing', 'loc': ('query', '{param}'), "
-        f"'msg': 'Input should be a valid boolean, unable to interpret input', 'input': '{value}'}}"
+        f"1 validation error:\n  {{'type': 'bool_parsing', 'loc': 'query.{param}', "
+        f"'msg': 'Input should be a valid boolean, unable to interpret input', 'input': {value!r}}}"
     )
     return _json(400, {"error": {"message": detail, "type": "Bad Request", "param": f"query.{param}", "code": 400}})
+
+
+def _literal_error(param: str, value: str, expected: tuple[str, ...]) -> Response:
+    """The same 400 for a ``Literal`` query parameter given another value (``/server_info``'s
+    ``config_format`` in 0.32.0)."""
+    want = " or ".join(repr(e) for e in expected)
+    detail = (
+        f"1 validation error:\n  {{'type': 'literal_error', 'loc': 'query.{param}', "
+        f"'msg': \"Input should be {want}\", 'input': {value!r}, 'ctx': {{'expected': \"{want}\"}}}}"
+    )
+    return _json(400, {"error": {"message": detail, "type": "Bad Request", "param": f"query.{param}", "code": 400}})
+
+
+class StreamBody(bytes):
+    """A streamed answer (``text/event-stream``). As ``bytes`` it is the whole body, so every
+    caller that reads answers whole keeps working; :meth:`chunks` yields the same bytes chunk by
+    chunk, ``pace`` seconds apart, as the server produces them, and calls ``on_start`` before the
+    first and ``on_end`` after the last (or when the reader stops early). The fake vLLM counts a
+    request as running between the two: a reset then finds its blocks held
+    (``vllm/v1/core/block_pool.py::reset_prefix_cache``)."""
+
+    _parts: list[bytes]
+    _pace: float
+    _on_start: Callable[[], None]
+    _on_end: Callable[[], None]
+
+    def __new__(cls, parts: list[bytes], pace: float, on_start: Callable[[], None],
+                on_end: Callable[[], None]) -> StreamBody:
+        obj = super().__new__(cls, b"".join(parts))
+        obj._parts, obj._pace, obj._on_start, obj._on_end = list(parts), pace, on_start, on_end
+        return obj
+
+    def chunks(self) -> Iterator[bytes]:
+        """The body's chunks, paced (see the class docstring)."""
+        self._on_start()
+        try:
+            for i, part in enumerate(self._parts):
+                if i and self._pace > 0:
+                    time.sleep(self._pace)
+                yield part
+        finally:
+            self._on_end()
+
+
+def _prompt_tokens(body: bytes, chat: bool) -> list[str]:
+    """The prompt of a completion request as tokens: a string prompt split on whitespace (the
+    test tokenizer's words are one token each), a list of token ids as given; eight canned
+    tokens when the body names no prompt."""
+    try:
+        doc = json.loads(body or b"{}")
+    except ValueError:
+        doc = {}
+    if not isinstance(doc, dict):
+        doc = {}
+    if chat:
+        msgs = doc.get("messages") or []
+        text = " ".join(str(m.get("content") or "") for m in msgs if isinstance(m, dict))
+        toks = text.split()
+    else:
+        prompt = doc.get("prompt")
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+            prompt = prompt[0]
+        if isinstance(prompt, list):
+            toks = [str(t) for t in prompt]
+        else:
+            toks = str(prompt or "").split()
+    return toks or ["<canned>"] * 8
+
+
+def _block_hashes(tokens: list[str]) -> list[str]:
+    """Chained hashes of the prompt's full blocks (a block's hash covers every token before it,
+    as vLLM's prefix-cache block hashes do)."""
+    out, prev = [], ""
+    for i in range(0, len(tokens) - len(tokens) % BLOCK_SIZE, BLOCK_SIZE):
+        prev = hashlib.sha256((prev + "\x00" + "\x1f".join(tokens[i:i + BLOCK_SIZE])).encode()).hexdigest()
+        out.append(prev)
+    return out
 
 
 @dataclass
@@ -124,6 +239,13 @@ class _Counters:
     external_queries: float = 0.0
     external_hits: float = 0.0
     busy_left: int = 0
+    running: int = 0
+    preemptions: int = 0
+    prompt_tokens: float = 0.0
+    generation_tokens: float = 0.0
+    finished_length: int = 0
+    finished_stop: int = 0
+    cached_hashes: set[str] = field(default_factory=set)
     extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -140,8 +262,17 @@ class FakeVLLM:
         overrides: scenario overrides: ``busy`` (int, first N reset calls find blocks held),
             ``busy_forced`` (bool: a forced reset while busy still fails -> 500),
             ``reset_delay_ms`` (int), ``metrics_status`` (int), ``warm_blocks`` (int, default
-            512), ``warm_cpu_blocks`` (int, default 4 x warm_blocks).
+            512), ``warm_cpu_blocks`` (int, default 4 x warm_blocks), ``token_delay_ms`` (int,
+            default 10: the pace of a streamed completion).
         tls: the server speaks HTTPS (``--ssl-certfile``).
+        env: the server's environment (for ``/server_info``'s ``vllm_env``).
+        kv_transfer_config: the resolved ``--kv-transfer-config`` object, for
+            ``/server_info?config_format=json`` (None: no connector).
+
+    A request is running while a streamed completion is being read (:class:`StreamBody`): a
+    reset without ``reset_running_requests`` then answers ``success:false``; with it, every
+    running request is preempted (``vllm:num_preemptions`` +1 each) and the request completes
+    (``vllm/v1/core/sched/scheduler.py::reset_prefix_cache``, seen on the 0.32.0 CPU build).
 
     :meth:`handle` is thread-safe; counters are behind one lock and the reset delay sleeps
     outside it.
@@ -158,6 +289,8 @@ class FakeVLLM:
         connectors: Iterable[ConnectorInfo] = (),
         overrides: dict[str, Any] | None = None,
         tls: bool = False,
+        env: dict[str, str] | None = None,
+        kv_transfer_config: dict[str, Any] | None = None,
     ) -> None:
         self.port = port
         self.version = version
@@ -168,6 +301,8 @@ class FakeVLLM:
         self.connectors = list(connectors)
         self.overrides = dict(overrides or {})
         self.tls = tls
+        self.env = dict(env or {})
+        self.kv_transfer_config = kv_transfer_config
         self.cpu_tier = any(c.cpu_tier for c in self.connectors)
         self.offload_metric = self.v >= Version("0.24.0") and any(
             c.name == "OffloadingConnector" and c.spec_name in ("CPUOffloadingSpec", "TieringOffloadingSpec")
@@ -250,8 +385,14 @@ class FakeVLLM:
             "/v1/models": ({"GET"}, lambda q, b, t: self._models()),
             "/v1/completions": ({"POST"}, lambda q, b, t: self._completion(b, chat=False)),
             "/v1/chat/completions": ({"POST"}, lambda q, b, t: self._completion(b, chat=True)),
+            "/openapi.json": ({"GET", "HEAD"}, lambda q, b, t: self._openapi()),
         }
+        if self.dev_mode and v >= Version("0.32.0"):
+            # listed by 0.32.0 (and in /openapi.json); the ones not modelled answer 501
+            for path, methods in vllm032.DEV_ROUTES.items():
+                routes[path] = (set(methods), lambda q, b, t: _json(501, {"detail": "Not modelled by the simulator"}))
         if self.dev_mode:
+            routes["/server_info"] = ({"GET"}, lambda q, b, t: self._server_info(q))
             routes["/reset_prefix_cache"] = ({"POST"}, self._reset_prefix_cache)
             if v >= Version("0.11.1"):
                 routes["/reset_mm_cache"] = ({"POST"}, lambda q, b, t: self._count_reset("reset_mm_calls"))
@@ -307,8 +448,8 @@ class FakeVLLM:
             c.last_transport = transport
             if device_error:
                 return self._internal_error("Not supported on CPU.")
-            busy = c.busy_left > 0
-            if busy:
+            busy = c.busy_left > 0 or c.running > 0
+            if c.busy_left > 0:
                 c.busy_left -= 1
             if busy and forced and self.overrides.get("busy_forced"):
                 return self._internal_error(
@@ -317,8 +458,11 @@ class FakeVLLM:
                     "the presence of running requests that are not preempted."
                 )
             local_ok = (not busy) or forced
+            if busy and forced:
+                c.preemptions += c.running
             if local_ok:
                 c.prefix_cache_blocks = 0
+                c.cached_hashes.clear()
             if external:
                 for conn in self.connectors:
                     if reset_clears_cpu_tier(conn, v):
@@ -348,12 +492,37 @@ class FakeVLLM:
         })
 
     def _completion(self, body: bytes, *, chat: bool) -> Response:
-        """A canned completion; it warms the caches (16 GPU blocks, 16 CPU blocks with a tier)."""
+        """A canned completion. Prefill: ``vllm:prefix_cache_queries`` grows by the prompt's
+        tokens and ``vllm:prefix_cache_hits`` by the tokens of its leading whole blocks already
+        cached since the last successful reset; the prompt's blocks are then cached. The
+        snapshot's ``prefix_cache_blocks`` grows by 16 per request (and the CPU tier's by 16).
+        ``"stream": true`` answers server-sent events, one token per chunk (``max_tokens``,
+        default 16), as a :class:`StreamBody`; the request runs while it is read."""
+        tokens = _prompt_tokens(body, chat)
+        try:
+            doc = json.loads(body or b"{}")
+        except ValueError:
+            doc = {}
+        if not isinstance(doc, dict):
+            doc = {}
+        stream = doc.get("stream") is True
+        try:
+            max_tokens = max(1, int(doc.get("max_tokens") or doc.get("max_completion_tokens") or 16))
+        except (TypeError, ValueError):
+            max_tokens = 16
+        hashes = _block_hashes(tokens)
         with self._lock:
             c = self._c
             c.completion_calls += 1
-            c.prefix_queries += 8
-            c.prefix_hits += min(8, c.prefix_cache_blocks * 16)
+            c.prefix_queries += len(tokens)
+            hit_blocks = 0
+            for h in hashes:
+                if h not in c.cached_hashes:
+                    break
+                hit_blocks += 1
+            c.prefix_hits += hit_blocks * BLOCK_SIZE
+            c.cached_hashes.update(hashes)
+            c.prompt_tokens += len(tokens)
             c.prefix_cache_blocks += 16
             if self.cpu_tier:
                 c.external_queries += 8
@@ -361,6 +530,12 @@ class FakeVLLM:
                 c.offload_cpu_blocks += 16
             n = c.completion_calls
         created = int(time.time())
+        rid = f"cmpl-sim-{self.port}-{n}"
+        if stream:
+            return self._stream(rid, created, chat, max_tokens)
+        with self._lock:
+            self._c.generation_tokens += 1
+            self._c.finished_stop += 1
         if chat:
             choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
             obj = "chat.completion"
@@ -368,29 +543,183 @@ class FakeVLLM:
             choice = {"index": 0, "text": "ok", "finish_reason": "stop"}
             obj = "text_completion"
         return _json(200, {
-            "id": f"cmpl-sim-{self.port}-{n}", "object": obj, "created": created, "model": self.served_model_name,
-            "choices": [choice], "usage": {"prompt_tokens": 8, "completion_tokens": 1, "total_tokens": 9},
+            "id": rid, "object": obj, "created": created, "model": self.served_model_name,
+            "choices": [choice], "usage": {"prompt_tokens": len(tokens), "completion_tokens": 1,
+                                           "total_tokens": len(tokens) + 1},
         })
+
+    def _stream(self, rid: str, created: int, chat: bool, n_tokens: int) -> Response:
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        parts = []
+        for i in range(n_tokens):
+            finish = "length" if i == n_tokens - 1 else None
+            if chat:
+                choice: dict[str, Any] = {"index": 0, "delta": {"content": f" w{i}"}, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": f" w{i}", "logprobs": None, "finish_reason": finish,
+                          "stop_reason": None}
+            chunk = {"id": rid, "object": obj, "created": created, "model": self.served_model_name,
+                     "choices": [choice]}
+            parts.append(b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n")
+        parts.append(b"data: [DONE]\n\n")
+        pace = int(self.overrides.get("token_delay_ms", 10) or 0) / 1000.0
+
+        def start() -> None:
+            with self._lock:
+                self._c.running += 1
+
+        def end() -> None:
+            with self._lock:
+                self._c.running -= 1
+                self._c.generation_tokens += n_tokens
+                self._c.finished_length += 1
+
+        return 200, list(_SSE), StreamBody(parts, pace, start, end)
+
+    def _openapi(self) -> Response:
+        """``/openapi.json``: 0.32.0's document (:func:`tests.sim.vllm032.openapi`) from 0.32.0 on;
+        before, the same form listing the routes this fake serves."""
+        if self.v >= Version("0.32.0"):
+            return _json(200, vllm032.openapi(self.dev_mode))
+        doc = vllm032.openapi(False)
+        doc["paths"] = {}
+        for path, (methods, _h) in sorted(self._routes().items()):
+            if path == "/openapi.json":
+                continue
+            ops: dict[str, Any] = {m.lower(): {"responses": {"200": {"description": "Successful Response"}}}
+                                   for m in sorted(methods - {"HEAD"})}
+            if path == "/reset_prefix_cache" and self.v >= Version("0.12.0"):
+                names = ["reset_running_requests"] + (["reset_external"] if self.v >= Version("0.13.0") else [])
+                ops["post"]["parameters"] = [
+                    {"name": n, "in": "query", "required": False, "schema": {"type": "boolean", "default": False}}
+                    for n in names
+                ]
+            doc["paths"][path] = ops
+        return _json(200, doc)
+
+    def _server_info(self, query: str) -> Response:
+        """``GET /server_info`` (dev mode): ``config_format`` ``text`` (default) or ``json``
+        from 0.11.0, anything else a 400 naming ``query.config_format``; ``vllm_env`` and
+        ``system_env`` from 0.14.0 (research/vllm.md §1.3). Shapes follow 0.32.0
+        (:mod:`tests.sim.vllm032`; older releases are served the same shape)."""
+        fmt = "text"
+        for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
+            if key == "config_format":
+                fmt = value
+        if self.v < Version("0.11.0"):
+            fmt = "text"
+        elif fmt not in ("text", "json"):
+            return _literal_error("config_format", fmt, ("text", "json"))
+        env = dict(self.env)
+        env["VLLM_SERVER_DEV_MODE"] = env.get("VLLM_SERVER_DEV_MODE", "1")
+        doc: dict[str, Any] = {
+            "vllm_config": vllm032.config_text(self.model, self.served_model_name) if fmt == "text"
+            else vllm032.config_json(self.model, self.served_model_name, self._kv_transfer_config()),
+        }
+        if self.v >= Version("0.14.0"):
+            doc["vllm_env"] = vllm032.vllm_env(env)
+            doc["system_env"] = dict(vllm032.SYSTEM_ENV, vllm_version=self.version)
+        return _json(200, doc)
+
+    def _kv_transfer_config(self) -> dict[str, Any] | None:
+        if self.kv_transfer_config is not None:
+            return self.kv_transfer_config
+        if not self.connectors:
+            return None
+        if len(self.connectors) == 1:
+            return {"kv_connector": self.connectors[0].name, "kv_role": "kv_both"}
+        return {"kv_connector": "MultiConnector", "kv_role": "kv_both",
+                "kv_connector_extra_config": {"connectors": [
+                    {"kv_connector": c.name, "kv_role": "kv_both"} for c in self.connectors]}}
 
     # ------------------------------------------------------------------ metrics
     def _metrics(self) -> Response:
         with self._lock:
             self._c.metrics_calls += 1
             tokens = (self._c.prefix_queries, self._c.prefix_hits, self._c.external_queries, self._c.external_hits)
+            live = {"running": float(self._c.running), "preemptions": float(self._c.preemptions),
+                    "prompt": self._c.prompt_tokens, "generation": self._c.generation_tokens,
+                    "length": float(self._c.finished_length), "stop": float(self._c.finished_stop)}
         status = self.overrides.get("metrics_status")
         if status is not None and int(status) != 200:
             return int(status), [("content-type", "text/plain; charset=utf-8")], b"Internal Server Error"
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_MetricsCollector(self, tokens))
+        registry.register(_MetricsCollector(self, tokens, live))
         return 200, [("content-type", CONTENT_TYPE_LATEST)], generate_latest(registry)
 
 
 class _MetricsCollector:
     """Builds the vLLM metric families of one release (research/vllm.md §2 table)."""
 
-    def __init__(self, server: FakeVLLM, tokens: tuple[float, float, float, float]) -> None:
+    def __init__(self, server: FakeVLLM, tokens: tuple[float, float, float, float],
+                 live: dict[str, float] | None = None) -> None:
         self.s = server
         self.tokens = tokens
+        self.live = live or {}
+
+    def _collect_032(self, usage: float) -> Iterable[Metric]:
+        """Every family of :data:`tests.sim.vllm032.METRIC_FAMILIES` (0.32.0's
+        ``v1/metrics/loggers.py``), counters with ``_created``, histograms with a few buckets."""
+        s = self.s
+        queries, hits, ext_queries, ext_hits = self.tokens
+        live = self.live
+        prompt = live.get("prompt", 0.0)
+        values: dict[str, float] = {
+            "vllm:num_requests_running": live.get("running", 0.0),
+            "vllm:kv_cache_usage_perc": usage,
+            "vllm:prefix_cache_queries": queries, "vllm:prefix_cache_hits": hits,
+            "vllm:external_prefix_cache_queries": ext_queries, "vllm:external_prefix_cache_hits": ext_hits,
+            "vllm:prompt_tokens_cached": hits, "vllm:num_preemptions": live.get("preemptions", 0.0),
+            "vllm:prompt_tokens": prompt, "vllm:generation_tokens": live.get("generation", 0.0),
+        }
+        by_label: dict[tuple[str, str], float] = {
+            ("vllm:prompt_tokens_by_source", "local_compute"): max(0.0, prompt - hits),
+            ("vllm:prompt_tokens_by_source", "local_cache_hit"): hits,
+            ("vllm:prompt_tokens_cached_by_source", "device"): hits,
+            ("vllm:prompt_tokens_cached_by_source", "external_unspecified"): ext_hits,
+            ("vllm:request_success", "length"): live.get("length", 0.0),
+            ("vllm:request_success", "stop"): live.get("stop", 0.0),
+            ("vllm:engine_sleep_state", "awake"): 1.0,
+        }
+        for name, kind, labels in vllm032.METRIC_FAMILIES:
+            base = {"engine": "0", "model_name": s.served_model_name}
+            if name == "vllm:cache_config_info":
+                g = GaugeMetricFamily(name, "Information of the LLMEngine CacheConfig", labels=labels)
+                info = dict(vllm032.CACHE_CONFIG_INFO, engine="0")
+                g.add_metric([info[k] for k in labels], 1.0)
+                yield g
+                continue
+            extra = [k for k in labels if k not in base]
+            rows: list[tuple[list[str], float]] = []
+            if extra:
+                (label,) = extra
+                for val in vllm032.LABEL_VALUES[name][label]:
+                    lv = dict(base, **{label: val})
+                    rows.append(([lv[k] for k in labels], by_label.get((name, val), 0.0)))
+            else:
+                rows.append(([base[k] for k in labels], values.get(name, 0.0)))
+            fam: Metric
+            if kind == "counter":
+                fam = CounterMetricFamily(name, name, labels=labels)
+                for lv_list, value in rows:
+                    fam.add_metric(lv_list, value, created=s._created)
+            elif kind == "gauge":
+                fam = GaugeMetricFamily(name, name, labels=labels)
+                for lv_list, value in rows:
+                    fam.add_metric(lv_list, value)
+            else:
+                fam = HistogramMetricFamily(name, name, labels=labels)
+                for lv_list, _value in rows:
+                    fam.add_metric(lv_list, [("1.0", 0.0), ("+Inf", 0.0)], 0.0)
+                    fam.samples.append(Sample(name + "_created", dict(zip(labels, lv_list, strict=True)), s._created))
+            yield fam
+        if s.offload_metric:
+            g = GaugeMetricFamily(
+                "vllm:kv_offload_cpu_cache_usage_perc",
+                "Fraction of CPU KV-cache space currently pinned by active transfers (0.0 = idle, 1.0 = saturated).",
+                labels=["model_name", "engine"])
+            g.add_metric([s.served_model_name, "0"], 0.0)
+            yield g
 
     def collect(self) -> Iterable[Metric]:
         s, v = self.s, self.s.v
@@ -403,6 +732,9 @@ class _MetricsCollector:
         # warm-up left it and does not drop on reset (research/vllm.md §1.1 step 6).
         usage = round(min(1.0, s._warm_usage_blocks / s._total_blocks), 6)
         queries, hits, ext_queries, ext_hits = self.tokens
+        if v >= Version("0.32.0"):
+            yield from self._collect_032(usage)
+            return
 
         def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
             g = GaugeMetricFamily(name, doc, labels=names)

@@ -6,7 +6,7 @@ channel, tests/sim/server.py) both deliver the raw bytes of a TCP connection to 
 (``http.server.BaseHTTPRequestHandler``: request line, headers, ``Content-Length`` or chunked
 body, ``Expect: 100-continue``, keep-alive), hands every request to the pod runtime's
 ``request(port, method, path, query, headers, body, scheme=..., transport=...)`` and writes the
-answer back. A connection whose first byte is a TLS handshake record (0x16) is terminated with a
+answer back (a :class:`tests.sim.fakevllm.StreamBody` chunk by chunk, chunked transfer encoding). A connection whose first byte is a TLS handshake record (0x16) is terminated with a
 server certificate for ``localhost``/``127.0.0.1``/``::1`` and served as ``https`` (what the pod's
 TLS servers, vLLM with ``--ssl-certfile`` or the routing sidecar with ``--secure-proxy``, would
 see); anything else is ``http``.
@@ -24,6 +24,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import trustme
+
+from .fakevllm import StreamBody
 
 __all__ = ["PodRequest", "serve_pod_connection", "serve_in_thread"]
 
@@ -102,12 +104,27 @@ class _PodHandler(BaseHTTPRequestHandler):
                 close = True
             if k.lower() not in _SKIP_HEADERS:
                 self.send_header(k, v)
-        self.send_header("content-length", str(len(rbody)))
+        streamed = isinstance(rbody, StreamBody) and self.command != "HEAD"
+        if streamed:
+            self.send_header("transfer-encoding", "chunked")
+        else:
+            self.send_header("content-length", str(len(rbody)))
         if close:
             self.send_header("connection", "close")
             self.close_connection = True
         self.end_headers()
-        if self.command != "HEAD":
+        if streamed:
+            # chunk by chunk as the server produces them (uvicorn's chunked transfer encoding)
+            assert isinstance(rbody, StreamBody)
+            chunks = rbody.chunks()
+            try:
+                for part in chunks:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                    self.wfile.flush()
+            finally:
+                chunks.close()
+            self.wfile.write(b"0\r\n\r\n")
+        elif self.command != "HEAD":
             self.wfile.write(rbody)
         self.wfile.flush()
 

@@ -288,7 +288,7 @@ class PodRuntime:
                 ports[port] = FakeVLLM(
                     port=port, version=self._version, dev_mode=dev == "on", model=server.args.model,
                     served_model_name=server.args.served_model_name, connectors=connectors,
-                    overrides=self._cache_overrides(), tls=server.args.tls,
+                    overrides=self._cache_overrides(), tls=server.args.tls, env=server.env,
                 )
             if dev != "invalid":
                 self._warm_tiers(server, connectors)

@@ -9,7 +9,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.sim.fakevllm import FakeVLLM, dev_mode_state
+from tests.sim.fakevllm import FakeVLLM, StreamBody, dev_mode_state
 from tests.sim.serveargs import ConnectorInfo
 
 CPU = ConnectorInfo("OffloadingConnector", "CPUOffloadingSpec", True)
@@ -213,3 +213,90 @@ def test_metric_counters_never_go_down() -> None:
     after = values()
     assert after["vllm:prefix_cache_queries"] > mid["vllm:prefix_cache_queries"]
     assert all(after[k] >= mid[k] for k in after)
+
+
+# ---------------------------------------------------------------- behaviours the referee checked
+
+def _stream_body(f: FakeVLLM, n: int = 50) -> StreamBody:
+    body = json.dumps({"prompt": list(range(40)), "max_tokens": n, "ignore_eos": True, "stream": True}).encode()
+    status, headers, out = f.handle("POST", "/v1/completions", "", {}, body)
+    assert status == 200 and ("content-type", "text/event-stream; charset=utf-8") in headers
+    assert isinstance(out, StreamBody)
+    return out
+
+
+def test_reset_while_a_stream_runs_fails_and_forced_preempts() -> None:
+    f = fake("0.32.0", token_delay_ms=5)
+    for query, success, preempted in (("", False, 0.0), ("reset_running_requests=true", True, 1.0)):
+        chunks = _stream_body(f).chunks()
+        first = next(chunks)
+        assert first.startswith(b"data: ")
+        status, _h, body = reset(f, query)
+        rest = b"".join(chunks)
+        assert (status, json.loads(body)) == (200, {"success": success})
+        assert rest.endswith(b"data: [DONE]\n\n") and b'"finish_reason":"length"' in rest
+        fams = _families(f.handle("GET", "/metrics", "", {}, b"")[2])
+        assert fams["vllm:num_preemptions"][0][2] == preempted
+    assert json.loads(reset(f)[2]) == {"success": True}  # idle again
+
+
+def test_a_stream_read_whole_does_not_hold_blocks() -> None:
+    f = fake("0.32.0")
+    out = _stream_body(f)
+    assert bytes(out).endswith(b"data: [DONE]\n\n")
+    assert json.loads(reset(f)[2]) == {"success": True}
+
+
+def test_prefix_hits_count_whole_cached_blocks_of_the_same_prompt() -> None:
+    f = fake("0.32.0", warm_blocks=0)
+
+    def complete(prompt: list[int]) -> tuple[float, float]:
+        f.handle("POST", "/v1/completions", "", {}, json.dumps({"prompt": prompt}).encode())
+        fams = _families(f.handle("GET", "/metrics", "", {}, b"")[2])
+        return fams["vllm:prefix_cache_queries"][0][2], fams["vllm:prefix_cache_hits"][0][2]
+
+    p = list(range(40))  # two whole blocks of 16, plus 8
+    assert complete(p) == (40, 0)
+    assert complete(p) == (80, 32)
+    assert complete(list(range(100, 140))) == (120, 32)  # another prompt misses
+    reset(f)
+    assert complete(p) == (160, 32)  # after a reset the same prompt misses
+
+
+def test_server_info_formats_and_versions() -> None:
+    f = FakeVLLM(port=8000, version="0.32.0", dev_mode=True, model="org/m", env={
+        "VLLM_API_KEY": "s3cret", "VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_SERVER_DEV_MODE": "1"})
+    text = json.loads(f.handle("GET", "/server_info", "", {}, b"")[2])
+    assert isinstance(text["vllm_config"], str) and "kv_transfer_config" not in text["vllm_config"]
+    assert text["vllm_env"]["VLLM_CPU_KVCACHE_SPACE"] == 4 and text["vllm_env"]["VLLM_SERVER_DEV_MODE"] is True
+    assert "VLLM_API_KEY" not in text["vllm_env"] and b"s3cret" not in f.handle("GET", "/server_info", "", {}, b"")[2]
+    js = json.loads(f.handle("GET", "/server_info", "config_format=json", {}, b"")[2])
+    assert js["vllm_config"]["kv_transfer_config"] is None and js["vllm_config"]["model_config"]["model"] == "org/m"
+    status, _h, body = f.handle("GET", "/server_info", "config_format=yaml", {}, b"")
+    assert status == 400 and json.loads(body)["error"]["param"] == "query.config_format"
+    with_conn = fake("0.32.0", connectors=(CPU,))
+    js = json.loads(with_conn.handle("GET", "/server_info", "config_format=json", {}, b"")[2])
+    assert js["vllm_config"]["kv_transfer_config"]["kv_connector"] == "OffloadingConnector"
+    old = json.loads(fake("0.13.0").handle("GET", "/server_info", "config_format=json", {}, b"")[2])
+    assert set(old) == {"vllm_config"}
+    assert isinstance(json.loads(fake("0.10.2").handle("GET", "/server_info", "config_format=json", {}, b"")[2])
+                      ["vllm_config"], str)
+    assert fake("0.32.0", dev=False).handle("GET", "/server_info", "", {}, b"")[0] == 404
+
+
+def test_openapi_lists_routes_and_reset_parameters() -> None:
+    on = json.loads(fake("0.32.0").handle("GET", "/openapi.json", "", {}, b"")[2])
+    off = json.loads(fake("0.32.0", dev=False).handle("GET", "/openapi.json", "", {}, b"")[2])
+    assert (len(on["paths"]), len(off["paths"])) == (45, 22)
+    params = {p["name"] for p in on["paths"]["/reset_prefix_cache"]["post"]["parameters"]}
+    assert params == {"reset_external", "reset_running_requests"}
+    v12 = json.loads(fake("0.12.0").handle("GET", "/openapi.json", "", {}, b"")[2])
+    assert [p["name"] for p in v12["paths"]["/reset_prefix_cache"]["post"]["parameters"]] == ["reset_running_requests"]
+    assert "/reset_prefix_cache" not in json.loads(fake("0.12.0", dev=False).handle("GET", "/openapi.json", "", {}, b"")[2])["paths"]
+
+
+def test_metrics_0_32_families() -> None:
+    fams = _families(fake("0.32.0").handle("GET", "/metrics", "", {}, b"")[2])
+    for name in ("vllm:num_preemptions", "vllm:prompt_tokens_cached_by_source", "vllm:cache_config_info",
+                 "vllm:engine_sleep_state", "vllm:time_to_first_token_seconds", "vllm:kv_cache_usage_perc"):
+        assert name in fams

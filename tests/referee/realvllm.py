@@ -1,0 +1,147 @@
+"""Start and stop a real vLLM (the CPU build) on a loopback port for the referee suite.
+
+The start command and environment follow research/real-peers.md §1: ``vllm serve DIR
+--served-model-name tiny --load-format dummy --port P --max-model-len 512 --enforce-eager`` with
+``VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind
+HF_HUB_OFFLINE=1`` and ``VLLM_SERVER_DEV_MODE`` as the caller asks. Ready when ``GET /health``
+answers 200 (27-46 s on two busy cores).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests import peers
+
+__all__ = ["RealVLLM", "free_port", "require_vllm"]
+
+
+def require_vllm() -> Path:
+    """The vLLM executable of ``make peers`` (``tests.peers.vllm``); skips the test naming the
+    missing peer and ``make peers`` (fails under ``KVRESET_REQUIRE_PEERS=1``)."""
+    peers.require("vllm")
+    exe = peers.vllm()
+    assert exe is not None
+    return Path(exe)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` at the time of the call."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RealVLLM:
+    """One ``vllm serve`` process group.
+
+    Args:
+        exe: the ``vllm`` executable (:func:`require_vllm`).
+        model_dir: a directory written by ``tests.peers.tinymodel.write_tiny_model``.
+        log: file receiving the server's stdout and stderr.
+        dev_mode: the ``VLLM_SERVER_DEV_MODE`` value, or None to leave it unset.
+        port: the port to bind on 127.0.0.1 (0 = pick a free one).
+    """
+
+    exe: Path
+    model_dir: Path
+    log: Path
+    dev_mode: str | None = "1"
+    port: int = 0
+    host: str = "127.0.0.1"
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return f"http://{self.host}:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """The server's environment: this process's, plus the CPU-build switches."""
+        env = dict(os.environ)
+        env.pop("VLLM_SERVER_DEV_MODE", None)
+        env.update({
+            "VLLM_TARGET_DEVICE": "cpu",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "PYTHONUNBUFFERED": "1",
+        })
+        if self.dev_mode is not None:
+            env["VLLM_SERVER_DEV_MODE"] = self.dev_mode
+        return env
+
+    def start(self) -> RealVLLM:
+        """Spawn the server in its own process group (does not wait). Returns self."""
+        if not self.port:
+            self.port = free_port(self.host)
+        cmd = [str(self.exe), "serve", str(self.model_dir), "--served-model-name", "tiny",
+               "--load-format", "dummy", "--host", self.host, "--port", str(self.port),
+               "--max-model-len", "512", "--enforce-eager"]
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env(),
+                                         cwd=self.model_dir, start_new_session=True)
+        return self
+
+    def wait_ready(self, timeout: float = 240.0) -> None:
+        """Poll ``/health`` until 200. Raises RuntimeError (with the log's tail) when the process
+        exits first or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        assert self.proc is not None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vllm exited {self.proc.returncode} before ready:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(self.base + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"vllm not ready after {timeout:.0f} s:\n{self.tail()}")
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """The exit code once the process ends within ``timeout`` seconds, else None."""
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def tail(self, n: int = 40) -> str:
+        """The last ``n`` lines of the server log."""
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the process group, SIGKILL it after ``grace`` seconds. Idempotent."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
