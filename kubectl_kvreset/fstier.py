@@ -697,7 +697,9 @@ class FsClearResult:
     Attributes:
         target: the plan.
         result: ``emptied`` (nothing selected is left), ``refused`` (the plan or the program in
-            the pod refused the root), ``failed`` (exec failed, timed out, or entries are left).
+            the pod refused the root), ``failed`` (exec failed, timed out, or entries are left),
+            ``unconfirmed`` (the exec stream ended without an exit status, :data:`NO_EXIT_STATUS`,
+            after the deletion reported nothing left).
         files_before, bytes_before, files_after, bytes_after: counts in the deletion's scope
             (every child of the root, or the model's directories with ``model_only``); bytes are
             the sizes of regular files; None when unknown.
@@ -747,6 +749,11 @@ def _last_json(data: bytes) -> dict[str, Any] | None:
     return None
 
 
+#: The reason given when an exec stream ends without the command's exit status (the runtime
+#: cut the stream, or sent no ``Status`` on channel 3): what the command did is then not known.
+NO_EXIT_STATUS = "the exec stream ended without an exit status"
+
+
 def _exec_failure(res: ExecResult, timeout_s: float) -> str:
     """A one-line reason for an exec that did not give a usable answer."""
     if res.timed_out:
@@ -754,7 +761,9 @@ def _exec_failure(res: ExecResult, timeout_s: float) -> str:
                 "deleted part; run again, or raise --timeout)")
     err = res.stderr.decode("utf-8", "replace").strip().splitlines()
     detail = err[-1] if err else (res.message or "no output")
-    return f"exec exited {res.exit_code if res.exit_code is not None else '?'}: {detail[:300]}"
+    if res.exit_code is None:
+        return f"{NO_EXIT_STATUS}: {detail[:300]}"
+    return f"exec exited {res.exit_code}: {detail[:300]}"
 
 
 def _counts(doc: Mapping[str, Any], key: str) -> tuple[int | None, int | None]:
@@ -793,7 +802,15 @@ def _run_python(kube: Kube, target: FsVolumeTarget, choice: ExecChoice, timeout_
         messages.append("other file systems mounted below the root were not entered: " + ", ".join(skipped[:5]))
     if errors:
         messages.append(f"{len(errors)} entries could not be deleted, e.g. {errors[0]}")
+    if fa == 0 and not errors and res.exit_code is None:
+        # the program's report says nothing is left, but the stream lost its end: not confirmed
+        messages.insert(0, f"{NO_EXIT_STATUS} after the deletion reported 0 files left: not confirmed "
+                           "(run clear-fs again to confirm)")
+        return replace(result, result="unconfirmed", message="; ".join(messages))
     emptied = fa == 0 and not errors and res.exit_code in (0, 1)
+    if not emptied and not messages:
+        messages.append(_exec_failure(res, timeout_s) if res.exit_code not in (0, 1)
+                        else f"{fa if fa is not None else 'an unknown number of'} files are left under {choice.root}")
     return replace(result, result="emptied" if emptied else "failed", message="; ".join(messages) or None)
 
 
@@ -864,6 +881,9 @@ def _run_find(kube: Kube, target: FsVolumeTarget, choice: ExecChoice, timeout_s:
     message = "python3 is not in the image: deleted with find -P -xdev"
     if deleted.exit_code != 0:
         message += "; " + _exec_failure(deleted, timeout_s)
+    if deleted.exit_code is None and fa == 0:
+        return replace(base, result="unconfirmed", files_before=fb, bytes_before=bb, files_after=fa,
+                       bytes_after=ba, message=message + ", though a count after it found 0 files: not confirmed")
     return replace(base, result="emptied" if ok else "failed", files_before=fb, bytes_before=bb,
                    files_after=fa, bytes_after=ba, message=message)
 

@@ -106,7 +106,10 @@ def fs_row(target: FsVolumeTarget, outcome: FsClearResult | None = None) -> dict
 
 
 def row_code(outcome: FsClearResult) -> ExitCode:
-    """0 when emptied, 1 when refused or failed (the tier may be left full)."""
+    """0 when emptied, 3 when unconfirmed (the exec gave no exit status), 1 when refused or
+    failed (the tier may be left full)."""
+    if outcome.result == "unconfirmed":
+        return ExitCode.UNCONFIRMED
     return ExitCode.OK if outcome.result == "emptied" else ExitCode.FAILED
 
 

@@ -289,6 +289,7 @@ class PodRuntime:
                     port=port, version=self._version, dev_mode=dev == "on", model=server.args.model,
                     served_model_name=server.args.served_model_name, connectors=connectors,
                     overrides=self._cache_overrides(), tls=server.args.tls, env=server.env,
+                    engines=server.args.engines,
                 )
             if dev != "invalid":
                 self._warm_tiers(server, connectors)
