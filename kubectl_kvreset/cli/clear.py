@@ -55,6 +55,9 @@ def dev_mode_on(pod: VllmPod) -> bool | None:
     ),
 )
 @target_options
+@click.option("--container", default=None, metavar="NAME",
+              help="Reset only this vLLM container of each targeted pod (default: every vLLM container; "
+                   "the others' rows say skipped).")
 @click.option("--preempt-running", is_flag=True,
               help="Also send reset_running_requests=true: running requests are preempted and recomputed.")
 @click.option("--busy-timeout", default="30s", show_default=True, metavar="DURATION",
@@ -95,7 +98,9 @@ def command(**params: Any) -> None:
         # the version decides the plan only where a CPU tier or a shared store is at stake; elsewhere
         # (and not when the plan is shown first) /version is read alongside the resets, saving a round
         probe_all=interactive or params["dry_run"])
-    ctx = complete(params, default_all=False)
+    from ..job.scope import narrow_containers
+
+    ctx = narrow_containers(complete(params, default_all=False), params["container"])
     exit_if_empty(ctx, required=True, output=params["output"])
     the_plan = plan(ctx, options, cancel=INTERRUPTED, fallback_chosen=chosen)
     if params["dry_run"]:

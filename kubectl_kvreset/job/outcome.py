@@ -171,8 +171,8 @@ class Outcome:
 def result_columns(scope: str | None) -> list[Column]:
     """Columns of the ``CacheReset`` table (tiers as columns; NAMESPACE only with ``-A``)."""
     cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORT", "port"),
-            Column("ROLE", "role"), Column("OWNER", "owner", wide=True), Column("VERSION", "version"),
-            Column("GPU", "gpu"), Column("CPU", "cpu"), Column("FS", "fs"), Column("SHARED", "shared"),
+            Column("ROLE", "role"), Column("OWNER", "owner", wide=True), Column("CONTAINER", "container", wide=True),
+            Column("VERSION", "version"), Column("GPU", "gpu"), Column("CPU", "cpu"), Column("FS", "fs"), Column("SHARED", "shared"),
             Column("RESULT", "result"), Column("STEPS", "steps", wide=True), Column("CALLS", "calls", wide=True),
             Column("MESSAGE", "message")]
     return cols[1:] if scope is not None else cols
@@ -240,6 +240,12 @@ def build_outcome(plan: Plan, results: RunResults, notes: list[str], *, interrup
         ports_of: list[ApiPort | None] = [*p.pod.ports] or [None]
         for port in ports_of:
             po = port_outcome(p, port, results, interrupted=interrupted)
+            ports.append(po)
+            report.add(po.row(), po.code)
+    for pod in plan.scope.skipped:
+        skipped_ports: list[ApiPort | None] = [*pod.ports] or [None]
+        for port in skipped_ports:
+            po = skipped_outcome(pod, port, plan.scope.container)
             ports.append(po)
             report.add(po.row(), po.code)
     notes = list(notes)
@@ -379,6 +385,16 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
         steps=plan.steps.actions(), calls=sum(r.calls for r in resets) if resets else 0,
         busy_answers=resets[0].busy_answers if resets else 0, left=tuple(left_rows), code=code,
         unconfirmed=tuple(unconfirmed_rows))
+
+
+def skipped_outcome(pod: VllmPod, port: ApiPort | None, container: str | None) -> PortOutcome:
+    """The row of a vLLM container ``--container`` left out: result ``skipped``, nothing done,
+    exit 0 (it was not a target)."""
+    return PortOutcome(
+        namespace=pod.namespace, pod=pod.name, container=pod.container, port=port.port if port is not None else None,
+        role=pod.role, owner=pod.owner.ref(), version=pod.version, tiers={}, result="skipped",
+        messages=(f"container {pod.container} not targeted (--container {container}): nothing was reset",),
+        steps=(), calls=0, busy_answers=0, left=(), code=ExitCode.OK)
 
 
 def engine_zero_only(version: str | None, engines: int, port: ApiPort | None) -> str | None:

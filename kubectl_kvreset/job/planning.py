@@ -166,9 +166,10 @@ def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
         return probe_version(scope.caller, scope.ref(pod), pod.ports[0].port, scheme=pod.ports[0].scheme)
 
     early = [p for p in scope.pods if options.probe_all or version_matters(p)]
-    got = dict(zip((p.uid or p.name for p in early), parallel(early, probe, options.max_concurrency, cancel),
-                   strict=True))
-    probed: tuple[Probed, ...] = tuple(got.get(p.uid or p.name, DEFERRED) for p in scope.pods)
+    # keyed per container: two vLLM containers of one pod may run different releases
+    got = dict(zip(((p.uid or p.name, p.container) for p in early),
+                   parallel(early, probe, options.max_concurrency, cancel), strict=True))
+    probed: tuple[Probed, ...] = tuple(got.get((p.uid or p.name, p.container), DEFERRED) for p in scope.pods)
     return Plan(scope, options, build_plans(list(scope.pods), probed, options.fallback, options.preempt_running),
                 probed, fallback_chosen)
 
