@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from ..fstier import FsClearResult
+from ..fstier import FsClearResult, sharing_message
 from ..podapi import ResetResult
 from ..pods import Owner
 from ..pool import NotRun
@@ -198,7 +198,9 @@ def plan_report(plan: Plan) -> Report:
                     verb = "restart" if fallback == "restart" else "devmode --enable"
                     steps.append(f"if vLLM answers 404 (dev mode off): {verb} {p.pod.owner.ref()}")
             elif step.action == "clear-fs":
-                steps.append("clear-fs " + ",".join(t.root_dir or "" for t in step.empties))
+                steps.append("clear-fs " + ",".join(t.root_dir or "" for t in step.empties)
+                             + (" (--whole-tier: every model's files, also where pods outside the targets mount the "
+                                "volume)" if plan.options.whole_tier else ""))
             elif step.action == "restart":
                 steps.append(f"restart {p.pod.owner.ref()}")
             else:
@@ -437,7 +439,8 @@ def fs_state(tier: Tier, results: list[FsClearResult]) -> tuple[str, str | None]
     for r in mine:
         if r.result == "unconfirmed":
             return "unconfirmed", f"{tier_label(tier)}: {r.message or 'the deletion was not confirmed'}"
-    return "emptied", None
+    shared = [text for r in mine if (text := sharing_message(r.target, r)) is not None]
+    return "emptied", "; ".join(shared) or None
 
 
 def owner_result_ok(res: RestartResult | DevModeResult) -> bool:
