@@ -102,10 +102,11 @@ def whole_suite(config: pytest.Config) -> bool:
     plain ``pytest``), so the coverage figures mean something."""
     args = [a.rstrip("/") for a in config.args]
     plain = all(a in ("tests", "tests/e2e", str(config.rootpath), str(config.rootpath / "tests")) for a in args)
-    markexpr = (config.option.markexpr or "").strip()
-    return (plain and not config.option.keyword and markexpr in ("", "not peers")
-            and not config.option.lf and not config.option.exitfirst
-            and not getattr(config.option, "deselect", None))
+    opt = config.option
+    markexpr = (getattr(opt, "markexpr", "") or "").strip()
+    return (plain and not getattr(opt, "keyword", "") and markexpr in ("", "not peers")
+            and not getattr(opt, "lf", False) and not getattr(opt, "maxfail", 0)
+            and not getattr(opt, "deselect", None))
 
 
 def pytest_configure(config: pytest.Config) -> None:
