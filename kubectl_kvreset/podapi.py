@@ -195,7 +195,8 @@ def _read_exec_answer(result: ExecResult) -> HttpAnswer | CallFailure:
     try:
         doc = json.loads(result.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return CallFailure("exec-failed", f"exec printed no answer: {result.stdout[:120]!r}")
+        shown = result.stdout[:120].decode("utf-8", "replace").strip() or "nothing"
+        return CallFailure("exec-failed", f"exec printed no answer (stdout: {shown})")
     if "error" in doc:
         err = str(doc["error"])
         kind = "refused" if "refused" in err.lower() else "unreachable"

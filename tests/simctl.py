@@ -140,8 +140,12 @@ class SimCluster:
 
     def run(self, *args: str, timeout: float = 120.0, input: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run the built CLI with ``args`` against this cluster; stdin is not a terminal."""
-        return subprocess.run([str(zipapp_path()), *args], env=self.env(), capture_output=True, text=True,
+        done = subprocess.run([str(zipapp_path()), *args], env=self.env(), capture_output=True, text=True,
                               timeout=timeout, input=input if input is not None else "")
+        from tests.invariants import record
+
+        record(args, done.returncode, done.stdout, done.stderr)
+        return done
 
     def run_json(self, *args: str, timeout: float = 120.0) -> tuple[int, list[dict[str, Any]], str]:
         """Run the CLI with ``-o json``: ``(exit code, rows, stderr)``."""

@@ -57,6 +57,8 @@ class ClearOptions:
         busy_timeout_s: seconds to retry while vLLM answers ``success: false``.
         rollout_timeout_s: seconds to wait for a restart or dev-mode rollout.
         model_only: clear-fs deletes only the served model's directories.
+        whole_tier: clear-fs empties a volume other pods also mount whole (their models'
+            files too); without it only the targets' models' directories go there.
         max_concurrency: calls in flight at once.
         probe_all: read every pod's version before planning (the plan is shown first: a prompt or
             ``--dry-run``), instead of only where the plan depends on it.
@@ -67,6 +69,7 @@ class ClearOptions:
     busy_timeout_s: float = 30.0
     rollout_timeout_s: float = 300.0
     model_only: bool = False
+    whole_tier: bool = False
     max_concurrency: int = 64
     probe_all: bool = False
 
@@ -166,9 +169,10 @@ def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
         return probe_version(scope.caller, scope.ref(pod), pod.ports[0].port, scheme=pod.ports[0].scheme)
 
     early = [p for p in scope.pods if options.probe_all or version_matters(p)]
-    got = dict(zip((p.uid or p.name for p in early), parallel(early, probe, options.max_concurrency, cancel),
-                   strict=True))
-    probed: tuple[Probed, ...] = tuple(got.get(p.uid or p.name, DEFERRED) for p in scope.pods)
+    # keyed per container: two vLLM containers of one pod may run different releases
+    got = dict(zip(((p.uid or p.name, p.container) for p in early),
+                   parallel(early, probe, options.max_concurrency, cancel), strict=True))
+    probed: tuple[Probed, ...] = tuple(got.get((p.uid or p.name, p.container), DEFERRED) for p in scope.pods)
     return Plan(scope, options, build_plans(list(scope.pods), probed, options.fallback, options.preempt_running),
                 probed, fallback_chosen)
 

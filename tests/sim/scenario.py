@@ -124,7 +124,12 @@ class Scenario:
         network: str | None = None
         for rule in self.pods:
             if rule.match.matches(owner, ordinal, namespace, name):
+                per_container = {**overrides.get("containers", {})}
+                for cname, cov in (rule.overrides.get("containers") or {}).items():
+                    per_container[cname] = {**per_container.get(cname, {}), **cov}
                 overrides.update(rule.overrides)
+                if per_container:
+                    overrides["containers"] = per_container
                 if rule.network is not None:
                     network = rule.network
         return overrides, network
@@ -163,7 +168,7 @@ def parse_scenario(data: Any) -> Scenario:
         m = rule.get("match") or {}
         if not isinstance(m, dict):
             raise ScenarioError(f"pods[{i}].match must be a mapping")
-        bad = set(m) - {"owner", "ordinal", "namespace", "name"}
+        bad = set(m) - {"owner", "ordinal", "namespace", "name", "container"}
         if bad:
             raise ScenarioError(f"pods[{i}].match: unknown keys {sorted(bad)}")
         match = PodMatch(
@@ -176,6 +181,9 @@ def parse_scenario(data: Any) -> Scenario:
         if network is not None and network not in NETWORK_FAULTS:
             raise ScenarioError(f"pods[{i}].network: unknown fault {network!r}")
         overrides = {k: v for k, v in rule.items() if k not in SIM_POD_KEYS}
+        if m.get("container"):
+            # the rule's overrides reach only the fake vLLMs of that container of the matched pods
+            overrides = {"containers": {str(m["container"]): overrides}}
         try:
             pod_faults = check_pod_faults(f"pods[{i}]", rule)
         except FaultError as e:
