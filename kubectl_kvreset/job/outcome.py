@@ -176,12 +176,15 @@ def plan_report(plan: Plan) -> Report:
                 steps.append(f"restart {p.pod.owner.ref()}")
             else:
                 steps.append(f"devmode --enable {p.pod.owner.ref()}")
+        if p.not_running is not None:
+            steps.append(f"none: {p.not_running.describe()}")
         report.add({
             "namespace": p.pod.namespace, "pod": p.pod.name, "owner": p.pod.owner.ref(),
             "ports": [port.port for port in p.pod.ports], "version": p.version or "unknown",
             "steps": steps,
             "empties": [tier_label(t) for step in p.steps.steps for t in step.empties],
-            "leaves": [f"{tier_label(lt.tier)} ({lt.flag or 'outside the pods'})" for lt in p.steps.left]
+            "leaves": [f"{tier_label(lt.tier)} ({lt.flag or ('pod not running' if p.not_running else 'outside the pods')})"
+                       for lt in p.steps.left]
             + ([f"every pod tier if vLLM answers 404 (VLLM_SERVER_DEV_MODE is not in the spec): "
                 f"{'then ' + fallback if fallback in ('devmode', 'restart') else '--fallback=devmode|restart'}"]
                if p.has("api-reset") and dev_mode_on(p.pod) is None else []),
@@ -225,6 +228,8 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
     """The :class:`PortOutcome` of one pod and port: each tier's state from the step that was
     to empty it, the result, the messages and the exit code it earns."""
     pod = plan.pod
+    if plan.not_running is not None:
+        return not_running_outcome(plan, port)
     messages: list[str] = []
     failure_result: str | None = None
     unconfirmed = False
@@ -329,6 +334,23 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
         tiers={kind: tuple(v) for kind, v in cells.items() if v}, result=result, messages=tuple(messages),
         steps=plan.steps.actions(), calls=sum(r.calls for r in resets) if resets else 0,
         busy_answers=resets[0].busy_answers if resets else 0, left=tuple(left_rows), code=code)
+
+
+def not_running_outcome(plan: PodPlan, port: ApiPort | None) -> PortOutcome:
+    """The :class:`PortOutcome` of a pod with no running vLLM container: result ``not
+    running``, every tier ``left`` with the pod's state and cause as the reason, nothing sent,
+    exit code 1."""
+    pod, down = plan.pod, plan.not_running
+    assert down is not None
+    cells: dict[str, list[str]] = {}
+    for effect in plan.effects:
+        cells.setdefault(effect.tier.kind.value, []).append("left")
+    return PortOutcome(
+        namespace=pod.namespace, pod=pod.name, container=pod.container, port=port.port if port is not None else None,
+        role=pod.role, owner=pod.owner.ref(), version=None, tiers={k: tuple(v) for k, v in cells.items()},
+        result="not running", messages=(down.describe() + ": nothing was sent to it",), steps=(), calls=0,
+        busy_answers=0, left=tuple(LeftRow(tier_label(lt.tier), lt.reason, None) for lt in plan.steps.left),
+        code=ExitCode.FAILED)
 
 
 def describe_reset_failure(pod: VllmPod, first: ResetResult) -> tuple[str, str]:

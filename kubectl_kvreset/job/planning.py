@@ -24,6 +24,7 @@ from ..plan import (
 )
 from ..podapi import CallFailure, probe_version
 from ..pods import Owner, VllmPod
+from ..podstate import NotRunning, not_running
 from ..pool import Cancel, NotRun, parallel
 from ..tiers import TierKind
 from ..vllm_api import extra_reset_routes, parse_version, reset_query
@@ -97,6 +98,12 @@ def dev_mode_on(pod: VllmPod) -> bool | None:
     return None
 
 
+def pod_not_running(pod: VllmPod) -> NotRunning | None:
+    """Why ``pod`` has no running vLLM container (:func:`kubectl_kvreset.podstate.not_running`
+    on the pod as discovered), or None when it runs."""
+    return not_running(pod.raw, pod.container, dev_mode=pod.dev_mode, owner_ref=pod.owner.ref())
+
+
 def version_matters(pod: VllmPod) -> bool:
     """True when the pod's plan depends on its vLLM version before anything is sent: a CPU
     offload tier or a shared store (whether the API reset empties them changes by version).
@@ -112,7 +119,9 @@ class PodPlan:
     (:func:`kubectl_kvreset.plan.plan_pod_steps`). ``probe_failure`` says why the version is
     unknown; ``version_deferred``: the version is read alongside the resets. ``version`` and
     ``probe_failure`` are filled in by the run for a deferred pod, and ``steps`` change when a
-    404 shows dev mode off and the allowed fallback applies."""
+    404 shows dev mode off and the allowed fallback applies. ``not_running``: the pod has no
+    running vLLM container (Pending, Unschedulable, ContainerCreating, CrashLoopBackOff): no
+    step is planned and nothing is sent to it."""
 
     pod: VllmPod
     version: str | None
@@ -122,6 +131,7 @@ class PodPlan:
     routes: tuple[str, ...]
     steps: PodSteps
     version_deferred: bool = False
+    not_running: NotRunning | None = None
 
     def has(self, action: str) -> bool:
         """True when the plan holds the step ``action``."""
@@ -165,7 +175,7 @@ def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
             return CallFailure("no-port", "no API port found in the vLLM command")
         return probe_version(scope.caller, scope.ref(pod), pod.ports[0].port, scheme=pod.ports[0].scheme)
 
-    early = [p for p in scope.pods if options.probe_all or version_matters(p)]
+    early = [p for p in scope.pods if (options.probe_all or version_matters(p)) and pod_not_running(p) is None]
     got = dict(zip((p.uid or p.name for p in early), parallel(early, probe, options.max_concurrency, cancel),
                    strict=True))
     probed: tuple[Probed, ...] = tuple(got.get(p.uid or p.name, DEFERRED) for p in scope.pods)
@@ -186,6 +196,12 @@ def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, 
     new pods start cold)."""
     plans: list[PodPlan] = []
     for pod, got in zip(pods, probed, strict=True):
+        down = pod_not_running(pod)
+        if down is not None:
+            effects = api_reset_effects(pod.layout, None, reset_external=True)
+            left = tuple(LeftTier(e.tier, down.describe(), None) for e in effects)
+            plans.append(PodPlan(pod, None, None, effects, (), (), PodSteps((), left, None), not_running=down))
+            continue
         deferred = isinstance(got, Deferred)
         version_text = got if isinstance(got, str) else None
         version = parse_version(version_text)
@@ -211,7 +227,7 @@ def promote(plans: list[PodPlan], owner_step: dict[tuple[str, Owner], str]) -> N
     dropped and only clear-fs stays before it."""
     for p in plans:
         action = owner_step.get((p.pod.namespace, p.pod.owner))
-        if action is None or p.has(action):
+        if action is None or p.has(action) or p.not_running is not None:
             continue
         local = tuple(e.tier for e in p.effects if e.tier.kind in (TierKind.GPU, TierKind.CPU))
         kept = tuple(s for s in p.steps.steps if s.action == STEP_CLEAR_FS)

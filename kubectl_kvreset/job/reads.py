@@ -4,11 +4,12 @@ line prints it."""
 
 from __future__ import annotations
 
-from ..podapi import CallFailure, fetch_metrics, probe_version
-from ..pods import VllmPod
+from ..podapi import CallFailure, ReadAnswer, fetch_metrics, probe_version
+from ..pods import ApiPort, VllmPod
 from ..pool import Cancel, NotRun, parallel
 from ..report import Column, ExitCode, Report
 from ..vllm_api import EngineMetrics, MetricsParseError, parse_metrics
+from .planning import pod_not_running
 from .scope import Scope
 
 
@@ -29,6 +30,9 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
     def probe(pod: VllmPod) -> str | CallFailure:
         if not pod.ports:
             return CallFailure("no-port", "no API port found")
+        down = pod_not_running(pod)
+        if down is not None:
+            return CallFailure("not-running", down.describe())
         first = pod.ports[0]
         return probe_version(ctx.caller, ctx.ref(pod), first.port, scheme=first.scheme)
 
@@ -40,6 +44,9 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
         if isinstance(got, NotRun):
             notes.append("version not read: interrupted")
             code = ExitCode.INTERRUPTED
+        elif isinstance(got, CallFailure) and got.kind == "not-running":
+            notes.append(got.message)
+            code = ExitCode.FAILED
         elif isinstance(got, CallFailure):
             notes.append(f"version unknown: {got.message}")
             code = ExitCode.FAILED
@@ -85,8 +92,15 @@ def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = Non
         cols = cols[1:]
     report = Report("EngineMetrics", cols)
     units = [(pod, port) for pod in ctx.pods for port in pod.ports]
-    scraped = parallel(units, lambda u: fetch_metrics(ctx.caller, ctx.ref(u[0]), u[1].port, scheme=u[1].scheme),
-                       max_concurrency, cancel)
+
+    def scrape(unit: tuple[VllmPod, ApiPort]) -> ReadAnswer:
+        pod, port = unit
+        down = pod_not_running(pod)
+        if down is not None:
+            return ReadAnswer(None, down.describe())
+        return fetch_metrics(ctx.caller, ctx.ref(pod), port.port, scheme=port.scheme)
+
+    scraped = parallel(units, scrape, max_concurrency, cancel)
     for (pod, port), got in zip(units, scraped, strict=True):
         base = {"namespace": pod.namespace, "pod": pod.name, "port": port.port, "role": pod.role,
                 **dict.fromkeys(("engine", "model", "usage", "usage_metric", "cpu_offload_usage", "prefix_hits",

@@ -1,0 +1,143 @@
+"""Pods that do not run (Unschedulable, ContainerCreating, CrashLoopBackOff) and paused
+Deployments, end to end against the simulator: each row names the pod's state and its cause,
+nothing is sent to such a pod, and the exit code is 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+NS = "states"
+VAR = "VLLM_SERVER_DEV_MODE"
+
+
+def deployment(name: str, *, replicas: int = 1, gpus: int = 0, dev_mode: str | None = "1",
+               version: str = "0.26.0", port: int = 8000, extra_env: list[dict[str, Any]] | None = None,
+               env_from: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A plain vLLM Deployment: ``vllm serve`` on ``port``, ``gpus`` nvidia.com/gpu per pod,
+    ``VLLM_SERVER_DEV_MODE`` as a literal (None: not set)."""
+    env = ([{"name": VAR, "value": dev_mode}] if dev_mode is not None else []) + list(extra_env or [])
+    container: dict[str, Any] = {
+        "name": "vllm", "image": f"vllm/vllm-openai:v{version}", "command": ["vllm", "serve"],
+        "args": ["Qwen/Qwen3-0.6B", f"--port={port}"], "env": env,
+        "ports": [{"containerPort": port, "name": "http"}]}
+    if env_from:
+        container["envFrom"] = env_from
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}, "requests": {"nvidia.com/gpu": gpus}}
+    labels = {"app": name, "llm-d.ai/inference-serving": "true"}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}}}}
+
+
+def write(tmp_path: Path, docs: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "states.yaml"
+    path.write_text(yaml.safe_dump_all([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+                                        *docs]))
+    return path
+
+
+def by_pod(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["pod"]: r for r in rows}
+
+
+def transport_calls(cluster: Any) -> int:
+    """Requests that reach a pod (proxy, exec, port-forward) the API server counted."""
+    return sum(n for k, n in cluster.state()["api_requests"].items()
+               if any(s in k for s in ("pods/proxy", "pods/exec", "pods/portforward")))
+
+
+def test_unschedulable_creating_and_crash_looping_pods_are_named_not_called(sim: Any, tmp_path: Path) -> None:
+    manifest = write(tmp_path, [
+        deployment("fits", replicas=2, gpus=2),          # 4 GPUs on the one node: both fit
+        deployment("too-big", gpus=2),                   # the node is full: Unschedulable
+        deployment("creating"),                          # held in ContainerCreating (scenario)
+        deployment("crashing", dev_mode="true"),         # vLLM refuses "true": CrashLoopBackOff
+    ])
+    cluster = sim([manifest], namespace=NS, scenario={
+        "gpus_per_node": 4, "pods": [{"match": {"owner": "deployment/creating"}, "container_creating": True}]})
+    pods = {p["owner"]["name"]: p for p in cluster.live_pods()}
+    assert pods["too-big"]["held"] == "unschedulable" and pods["creating"]["held"] == "container-creating"
+    assert pods["crashing"]["crashed"] is True
+
+    # what kubectl shows for the same pods (server-side table printing)
+    listed = cluster.api(f"/api/v1/namespaces/{NS}/pods")["items"]
+    phases = {p["metadata"]["labels"]["app"]: p["status"] for p in listed}
+    big = phases["too-big"]
+    assert big["phase"] == "Pending" and "nodeName" not in next(
+        p["spec"] for p in listed if p["metadata"]["labels"]["app"] == "too-big")
+    sched = next(c for c in big["conditions"] if c["type"] == "PodScheduled")
+    assert sched["status"] == "False" and sched["reason"] == "Unschedulable"
+    assert sched["message"].startswith("0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")
+
+    before = transport_calls(cluster)
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
+    assert code == 1, err
+    rows_by_owner = {r["owner"]: r for r in rows}
+    assert all(r["result"] == "emptied" for r in rows if r["owner"] == "deployment/fits")
+    assert len([r for r in rows if r["owner"] == "deployment/fits"]) == 2
+    big_row = rows_by_owner["deployment/too-big"]
+    assert big_row["result"] == "not running" and big_row["calls"] == 0
+    assert "Unschedulable: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu" in big_row["message"]
+    creating = rows_by_owner["deployment/creating"]
+    assert creating["result"] == "not running" and "ContainerCreating" in creating["message"]
+    crash = rows_by_owner["deployment/crashing"]
+    assert crash["result"] == "not running" and "CrashLoopBackOff" in crash["message"]
+    assert "last exit code 1 (Error)" in crash["message"] and "5 restarts" in crash["message"]
+    assert f'{VAR}="true" is not an integer' in crash["message"]
+    assert "kubectl kvreset devmode --enable deployment/crashing" in crash["message"]
+    for row in (big_row, creating, crash):
+        assert row["gpu"] == "left" and row["left"] and row["steps"] == []
+        assert "dev mode off" not in row["message"]
+        assert not any(s in row["message"] for s in ("BadRequest", "unable to upgrade", "container not found",
+                                                     "unreachable", "refused"))
+    # only the two running pods were called: one reset route set each, no transport for the others
+    fits = [p for p in cluster.live_pods() if p["owner"]["name"] == "fits"]
+    assert all(st["prefix_cache_blocks"] == 0 for p in fits for st in p["ports"].values())
+    assert transport_calls(cluster) > before
+    assert all(not p["ports"] or all(st["reset_calls"] == 0 for st in p["ports"].values())
+               for p in cluster.live_pods() if p["owner"]["name"] != "fits")
+
+    # dry-run and detect say the same, and send nothing to those pods
+    code, plan, err = cluster.run_json("clear", "-n", NS, "--all", "--dry-run")
+    planned = {r["owner"]: r for r in plan}
+    assert any("Unschedulable" in s for s in planned["deployment/too-big"]["steps"])
+    code, det, err = cluster.run_json("detect", "-n", NS)
+    assert code == 1, err
+    det_by = {r["owner"]: r for r in det}
+    assert any("CrashLoopBackOff" in n for n in det_by["deployment/crashing"]["notes"])
+    assert any("Unschedulable" in n for n in det_by["deployment/too-big"]["notes"])
+    assert det_by["deployment/fits"]["version"] == "0.26.0"
+
+
+def test_a_freed_gpu_schedules_the_pending_pod(sim: Any, tmp_path: Path) -> None:
+    """Capacity is per node and follows deletions: scaling one owner down lets the pending pod
+    of the other run, and clear then empties it."""
+    manifest = write(tmp_path, [deployment("first", gpus=1), deployment("second", gpus=1)])
+    cluster = sim([manifest], namespace=NS, scenario={"gpus_per_node": 1})
+    held = [p for p in cluster.live_pods() if p.get("held")]
+    assert len(held) == 1
+    waiting = held[0]["owner"]["name"]
+    other = "first" if waiting == "second" else "second"
+    cluster.api(f"/apis/apps/v1/namespaces/{NS}/deployments/{other}", "PATCH", {"spec": {"replicas": 0}},
+                content_type="application/merge-patch+json")
+    cluster.wait_ready()
+    live = [p for p in cluster.live_pods() if p["owner"]["name"] == waiting]
+    assert live and live[0]["ready"] and not live[0].get("held")
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
+    assert code == 0, err
+    assert [r["result"] for r in rows] == ["emptied"]
+
+
+def test_devmode_enable_on_a_paused_deployment_is_refused(sim: Any, tmp_path: Path) -> None:
+    dep = deployment("paused", dev_mode=None)
+    dep["spec"]["paused"] = True
+    cluster = sim([write(tmp_path, [dep])], namespace=NS)
+    names = {p["name"] for p in cluster.live_pods()}
+    code, rows, err = cluster.run_json("devmode", "--enable", "-n", NS, "--all")
+    assert code == 1, err
+    assert rows[0]["result"] == "refused" and "kubectl rollout resume deployment/paused" in rows[0]["message"]
+    assert {p["name"] for p in cluster.live_pods()} == names
