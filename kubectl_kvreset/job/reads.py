@@ -8,6 +8,7 @@ from ..podapi import CallFailure, ReadAnswer, fetch_metrics, probe_version
 from ..pods import ApiPort, VllmPod
 from ..pool import Cancel, NotRun, parallel
 from ..report import Column, ExitCode, Report
+from ..rollout import pod_dev_modes
 from ..vllm_api import EngineMetrics, MetricsParseError, parse_metrics
 from .planning import pod_not_running
 from .scope import Scope
@@ -37,7 +38,8 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
         return probe_version(ctx.caller, ctx.ref(pod), first.port, scheme=first.scheme)
 
     versions = parallel(ctx.pods, probe, max_concurrency, cancel)
-    for pod, got in zip(ctx.pods, versions, strict=True):
+    dev_modes = pod_dev_modes(ctx.kube, [pod.raw for pod in ctx.pods])
+    for pod, got, dev in zip(ctx.pods, versions, dev_modes, strict=True):
         notes = list(pod.notes)
         code = ExitCode.OK
         version: str | None = None
@@ -63,8 +65,9 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
             "front_ports": [p.front for p in pod.ports if p.front is not None],
             "scheme": pod.ports[0].scheme if pod.ports else None,
             "version": version,
-            "dev_mode": pod.dev_mode.describe(),
-            "dev_mode_value": pod.dev_mode.value,
+            "dev_mode": dev.describe(),
+            "dev_mode_value": dev.value,
+            "dev_mode_source": dev.source,
             "connectors": list(pod.layout.connectors),
             "tiers": [t.kind.value for t in pod.layout.tiers],
             "fs_roots": [t.root_dir for t in pod.layout.tiers if t.root_dir],

@@ -141,3 +141,54 @@ def test_devmode_enable_on_a_paused_deployment_is_refused(sim: Any, tmp_path: Pa
     assert code == 1, err
     assert rows[0]["result"] == "refused" and "kubectl rollout resume deployment/paused" in rows[0]["message"]
     assert {p["name"] for p in cluster.live_pods()} == names
+
+
+def configmap(name: str, data: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS}, "data": data}
+
+
+def test_devmode_enable_on_value_from_shows_the_replacement_before_asking(sim: Any, tmp_path: Path) -> None:
+    from .test_confirm import run_on_tty
+
+    dep = deployment("vf", dev_mode=None, extra_env=[
+        {"name": VAR, "valueFrom": {"configMapKeyRef": {"name": "flags", "key": "dev"}}}])
+    cluster = sim([write(tmp_path, [configmap("flags", {"dev": "0"}), dep])], namespace=NS)
+    old = {p["name"] for p in cluster.live_pods()}
+    # declined: the replacement was stated in the prompt, nothing changed
+    done = run_on_tty(cluster, ["devmode", "--enable", "-n", NS, "--all"], "n\n")
+    assert done.returncode == 1, done.stderr
+    said = done.stderr
+    line = 'VLLM_SERVER_DEV_MODE is read from configMapKeyRef ConfigMap/flags key \'dev\' (now "0"); ' \
+           '--enable replaces that entry with the literal "1"'
+    assert line in said and said.index(line) < said.index("Continue?"), said
+    assert "nothing changed" in said and {p["name"] for p in cluster.live_pods()} == old
+    dep_now = cluster.api(f"/apis/apps/v1/namespaces/{NS}/deployments/vf")
+    assert dep_now["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]
+    # without a terminal it runs, and says so on stderr before the patch and in the row
+    code, rows, err = cluster.run_json("devmode", "--enable", "-n", NS, "--all")
+    assert code == 0, err
+    assert line in err and rows[0]["result"] == "enabled" and line in rows[0]["message"]
+    env = cluster.api(f"/apis/apps/v1/namespaces/{NS}/deployments/vf")["spec"]["template"]["spec"][
+        "containers"][0]["env"]
+    assert env == [{"name": VAR, "value": "1"}]
+
+
+def test_detect_and_devmode_agree_on_an_env_from_value(sim: Any, tmp_path: Path) -> None:
+    dep = deployment("ef", dev_mode=None, env_from=[{"configMapRef": {"name": "vllm-env"}}])
+    cluster = sim([write(tmp_path, [configmap("vllm-env", {VAR: "1"}), dep])], namespace=NS)
+    code, det, err = cluster.run_json("detect", "-n", NS)
+    assert code == 0, err
+    code, dm, err2 = cluster.run_json("devmode", "-n", NS)
+    assert code == 0, err2
+    assert det[0]["dev_mode"] == "on" and dm[0]["dev_mode"] == "on"
+    assert det[0]["dev_mode_value"] == dm[0]["value"] == "1"
+    assert det[0]["dev_mode_source"] == dm[0]["source"] == "envFrom ConfigMap/vllm-env"
+    # the simulator's pod env (what vLLM got) agrees with both
+    assert cluster.live_pods()[0]["env"][VAR] == "1"
+    # clear uses the reset routes (dev mode is on): emptied
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
+    assert code == 0 and rows[0]["result"] == "emptied", (err, rows)
+    # --enable states that its literal overrides the envFrom value
+    code, rows, err = cluster.run_json("devmode", "--enable", "-n", NS, "--all")
+    assert code == 0, err
+    assert 'comes from envFrom ConfigMap/vllm-env (now "1"); --enable adds the literal "1"' in err
