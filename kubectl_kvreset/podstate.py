@@ -17,6 +17,8 @@ the pod is in and why, as ``kubectl describe pod`` shows it:
 
 A Running pod whose vLLM container runs but is not Ready is *not* reported here: its server
 may be loading the model, and the callers keep their bounded wait for Ready.
+
+:func:`metrics_500_hint` reads the same pod for the known cause of a ``/metrics`` 500.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 
 from .pods import DEV_MODE_ENV, DevMode
 
-__all__ = ["NotRunning", "not_running"]
+__all__ = ["MULTIPROC_ENV", "NotRunning", "metrics_500_hint", "not_running"]
 
 
 @dataclass(frozen=True)
@@ -110,3 +112,34 @@ def not_running(pod: Mapping[str, Any], container: str, *, dev_mode: DevMode | N
     if phase == "Pending":
         return NotRunning("Pending", f"container {container} is not started yet")
     return None
+
+
+#: The variable prometheus_client's multiprocess mode reads (vLLM sets it to a temporary
+#: directory under ``/tmp`` when several processes serve metrics and it is unset).
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def metrics_500_hint(pod: Mapping[str, Any], container: str) -> str | None:
+    """The hint for a ``GET /metrics`` that answers 500 on a pod whose vLLM ``container``
+    mounts a volume on ``/tmp`` or sets ``PROMETHEUS_MULTIPROC_DIR``: vLLM's multiprocess
+    metrics directory (by default under ``/tmp``) fails on a mounted, network-backed volume and
+    ``/metrics`` answers 500 while inference works (vLLM issue #49983). None when the spec shows
+    neither."""
+    spec = pod.get("spec") or {}
+    c = next((x for x in spec.get("containers") or [] if x.get("name") == container), None)
+    if c is None:
+        return None
+    mounts = {str(m.get("mountPath", "")).rstrip("/") or "/": str(m.get("name", ""))
+              for m in c.get("volumeMounts") or []}
+    entry = next((e for e in reversed(c.get("env") or []) if e.get("name") == MULTIPROC_ENV), None)
+    why: list[str] = []
+    if "/tmp" in mounts:
+        why.append(f"/tmp is the volume {mounts['/tmp']}")
+    if entry is not None:
+        value = entry.get("value")
+        why.append(f"{MULTIPROC_ENV} is set" + (f" to {value}" if value else " (from a reference)"))
+    if not why:
+        return None
+    return (f"hint: {' and '.join(why)}; vLLM's Prometheus multiprocess directory ({MULTIPROC_ENV}, by default "
+            "under /tmp) fails on a mounted volume and /metrics then answers 500 (vLLM issue #49983): point "
+            f"{MULTIPROC_ENV} at a local emptyDir (or leave /tmp unmounted)")

@@ -4,8 +4,10 @@ line prints it."""
 
 from __future__ import annotations
 
+from ..imagever import version_mismatch
 from ..podapi import CallFailure, ReadAnswer, fetch_metrics, probe_version
 from ..pods import ApiPort, VllmPod
+from ..podstate import metrics_500_hint
 from ..pool import Cancel, NotRun, parallel
 from ..report import Column, ExitCode, Report
 from ..rollout import pod_dev_modes
@@ -54,6 +56,9 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
             code = ExitCode.FAILED
         else:
             version = got
+            mismatch = version_mismatch(pod.image, version)
+            if mismatch:
+                notes.append(mismatch)
         report.add({
             "namespace": pod.namespace,
             "pod": pod.name,
@@ -121,6 +126,8 @@ def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = Non
             if not engines and error is None:
                 error = "no vllm: KV-cache metric in the scrape"
         if error is not None:
+            hint = metrics_500_hint(pod.raw, pod.container) if got.status == 500 else None
+            error = f"{error}; {hint}" if hint else error
             report.add({**base, "engine": None, "error": f"unavailable: {error}"}, ExitCode.FAILED)
             continue
         for e in engines:

@@ -192,3 +192,49 @@ def test_detect_and_devmode_agree_on_an_env_from_value(sim: Any, tmp_path: Path)
     code, rows, err = cluster.run_json("devmode", "--enable", "-n", NS, "--all")
     assert code == 0, err
     assert 'comes from envFrom ConfigMap/vllm-env (now "1"); --enable adds the literal "1"' in err
+
+
+def test_detect_notes_an_image_tag_that_disagrees_with_the_server(sim: Any, tmp_path: Path) -> None:
+    llmd = deployment("llmd", version="0.26.0")
+    llmd["spec"]["template"]["spec"]["containers"][0]["image"] = "ghcr.io/llm-d/llm-d-cuda:v0.8.0"
+    manifest = write(tmp_path, [deployment("tagged", version="0.23.0"), deployment("agrees", version="0.26.0"),
+                                llmd])
+    cluster = sim([manifest], namespace=NS, scenario={"pods": [
+        {"match": {"owner": "deployment/tagged"}, "vllm_version": "0.26.0"},
+        {"match": {"owner": "deployment/llmd"}, "vllm_version": "0.26.0"}]})
+    code, rows, err = cluster.run_json("detect", "-n", NS)
+    assert code == 0, err
+    by = {r["owner"]: r for r in rows}
+    assert by["deployment/tagged"]["version"] == "0.26.0"
+    assert ("version mismatch: the image vllm/vllm-openai:v0.23.0 says vLLM 0.23.0, but GET /version answers "
+            "0.26.0") in " ".join(by["deployment/tagged"]["notes"])
+    assert any("ghcr.io/llm-d/llm-d-cuda:v0.8.0 says vLLM 0.23.0" in n for n in by["deployment/llmd"]["notes"])
+    assert not any("mismatch" in n for n in by["deployment/agrees"]["notes"])
+
+
+def test_metrics_retries_5xx_and_lost_connections_and_hints_the_multiprocess_dir(sim: Any, tmp_path: Path) -> None:
+    tmp_mounted = deployment("tmpvol")
+    tmp_spec = tmp_mounted["spec"]["template"]["spec"]
+    tmp_spec["containers"][0]["volumeMounts"] = [{"name": "scratch", "mountPath": "/tmp"}]
+    tmp_spec["volumes"] = [{"name": "scratch", "persistentVolumeClaim": {"claimName": "scratch"}}]
+    multiproc = deployment("multiproc", extra_env=[{"name": "PROMETHEUS_MULTIPROC_DIR", "value": "/data/prom"}])
+    manifest = write(tmp_path, [deployment("flaky"), deployment("dropped"), deployment("plain500"),
+                                tmp_mounted, multiproc])
+    cluster = sim([manifest], namespace=NS, scenario={
+        "pods": [{"match": {"owner": "deployment/flaky"}, "metrics_fail_first": 1}] + [
+                 {"match": {"owner": f"deployment/{n}"}, "metrics_status": 500}
+                 for n in ("plain500", "tmpvol", "multiproc")],
+        "faults": {"vllm": {"fraction": 1.0, "times": 1, "mode": "drop", "paths": ["/metrics"]}}})
+    code, rows, err = cluster.run_json("metrics", "-n", NS, "--transport", "proxy")
+    assert code == 1, err
+    by = {r["pod"].rsplit("-", 2)[0]: r for r in rows}
+    # a dropped connection (every pod's first scrape), then 500s: retried, bounded
+    assert by["dropped"]["error"] is None and by["dropped"]["usage"] is not None
+    assert by["flaky"]["error"] is None and by["flaky"]["usage"] is not None
+    calls = {p["owner"]["name"]: sum(st["metrics_calls"] for st in p["ports"].values()) for p in cluster.live_pods()}
+    assert calls["flaky"] == 2 and calls["dropped"] == 1  # the dropped call never reached the fake's counter
+    assert calls["plain500"] == 2 and calls["tmpvol"] == 2  # 3 tries: one dropped, two 500s
+    assert by["plain500"]["error"] == "unavailable: GET /metrics answered 500 (3 tries)"
+    assert "hint" not in by["plain500"]["error"]
+    assert "/tmp is the volume scratch" in by["tmpvol"]["error"] and "#49983" in by["tmpvol"]["error"]
+    assert "PROMETHEUS_MULTIPROC_DIR is set to /data/prom" in by["multiproc"]["error"]
