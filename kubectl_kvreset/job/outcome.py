@@ -163,19 +163,22 @@ def plan_report(plan: Plan) -> Report:
     report = Report("PlannedReset", cols)
     for p in plan.pods:
         steps: list[str] = []
+        replaced = plan.devmode_changes.get((p.pod.namespace, p.pod.owner), ())
+        changes = f" ({'; '.join(replaced)})" if replaced else ""
         for step in p.steps.steps:
             if step.action == "api-reset":
                 q = "?" + urlencode(p.query) if p.query else ""
                 steps += [f"POST {p.routes[0]}{q}"] + [f"POST {r}" for r in p.routes[1:]]
                 if fallback in ("devmode", "restart") and dev_mode_on(p.pod) is None:
                     verb = "restart" if fallback == "restart" else "devmode --enable"
-                    steps.append(f"if vLLM answers 404 (dev mode off): {verb} {p.pod.owner.ref()}")
+                    steps.append(f"if vLLM answers 404 (dev mode off): {verb} {p.pod.owner.ref()}"
+                                 + (changes if fallback == "devmode" else ""))
             elif step.action == "clear-fs":
                 steps.append("clear-fs " + ",".join(t.root_dir or "" for t in step.empties))
             elif step.action == "restart":
                 steps.append(f"restart {p.pod.owner.ref()}")
             else:
-                steps.append(f"devmode --enable {p.pod.owner.ref()}")
+                steps.append(f"devmode --enable {p.pod.owner.ref()}{changes}")
         if p.not_running is not None:
             steps.append(f"none: {p.not_running.describe()}")
         report.add({

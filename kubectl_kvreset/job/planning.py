@@ -26,6 +26,7 @@ from ..podapi import CallFailure, probe_version
 from ..pods import Owner, VllmPod
 from ..podstate import NotRunning, not_running
 from ..pool import Cancel, NotRun, parallel
+from ..rollout import dev_mode_changes
 from ..tiers import TierKind
 from ..vllm_api import extra_reset_routes, parse_version, reset_query
 from .scope import Scope
@@ -151,6 +152,19 @@ class Plan:
     probed: tuple[Probed, ...] = ()
     fallback_chosen: str | None = None
     notes: list[str] = field(default_factory=list)
+    devmode_changes: dict[tuple[str, Owner], tuple[str, ...]] = field(default_factory=dict)
+    """Per owner whose vLLM container takes ``VLLM_SERVER_DEV_MODE`` from ``valueFrom`` or
+    ``envFrom``: what a dev-mode step would replace or override
+    (:func:`kubectl_kvreset.rollout.dev_mode_changes`), shown with the plan before it runs."""
+
+    def devmode_notes(self) -> list[str]:
+        """One line per replaced or overridden value of an owner whose dev-mode step is planned
+        or may follow a 404 (``--fallback=devmode``), for stderr before the run."""
+        owners = {(p.pod.namespace, p.pod.owner) for p in self.pods
+                  if p.has("devmode") or (self.options.fallback == "devmode" and p.has("api-reset")
+                                          and dev_mode_on(p.pod) is None)}
+        return [f"note: {ns}/{owner.ref()}: {line}" for (ns, owner), lines in self.devmode_changes.items()
+                if (ns, owner) in owners for line in lines]
 
     def needs(self) -> list[str]:
         """The disruptive steps (sorted) that would empty what the plan leaves."""
@@ -179,15 +193,21 @@ def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
     got = dict(zip((p.uid or p.name for p in early), parallel(early, probe, options.max_concurrency, cancel),
                    strict=True))
     probed: tuple[Probed, ...] = tuple(got.get(p.uid or p.name, DEFERRED) for p in scope.pods)
+    changes: dict[tuple[str, Owner], tuple[str, ...]] = {}
+    for p in scope.pods:
+        key = (p.namespace, p.owner)
+        if p.dev_mode.source in ("valueFrom", "envFrom") and key not in changes:
+            changes[key] = tuple(dev_mode_changes(scope.kube, p.namespace, p.owner, enable=True))
     return Plan(scope, options, build_plans(list(scope.pods), probed, options.fallback, options.preempt_running),
-                probed, fallback_chosen)
+                probed, fallback_chosen, devmode_changes={k: v for k, v in changes.items() if v})
 
 
 def replan(old: Plan, fallback: str) -> Plan:
     """The same plan with another ``fallback`` (the user chose one at the prompt); sends nothing."""
     options = replace(old.options, fallback=fallback)
     return Plan(old.scope, options, build_plans(list(old.scope.pods), old.probed, fallback,
-                                                options.preempt_running), old.probed, fallback)
+                                                options.preempt_running), old.probed, fallback,
+                devmode_changes=dict(old.devmode_changes))
 
 
 def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, preempt: bool) -> list[PodPlan]:

@@ -238,3 +238,19 @@ def test_metrics_retries_5xx_and_lost_connections_and_hints_the_multiprocess_dir
     assert "hint" not in by["plain500"]["error"]
     assert "/tmp is the volume scratch" in by["tmpvol"]["error"] and "#49983" in by["tmpvol"]["error"]
     assert "PROMETHEUS_MULTIPROC_DIR is set to /data/prom" in by["multiproc"]["error"]
+
+
+def test_clear_fallback_devmode_states_the_value_from_it_replaces(sim: Any, tmp_path: Path) -> None:
+    dep = deployment("vfc", dev_mode=None, extra_env=[
+        {"name": VAR, "valueFrom": {"configMapKeyRef": {"name": "flags", "key": "dev"}}}])
+    cluster = sim([write(tmp_path, [configmap("flags", {"dev": "0"}), dep])], namespace=NS)
+    line = "VLLM_SERVER_DEV_MODE is read from configMapKeyRef ConfigMap/flags key 'dev' (now \"0\")"
+    code, plan, err = cluster.run_json("clear", "-n", NS, "--all", "--fallback=devmode", "--dry-run")
+    assert code == 0, err
+    assert any(line in s and "if vLLM answers 404" in s for s in plan[0]["steps"]), plan
+    done = cluster.run("clear", "-n", NS, "--all", "--fallback=devmode", "-o", "json", "--timeout", "60s")
+    assert done.returncode == 0, done.stderr
+    assert f"note: {NS}/deployment/vfc: template container vllm: {line}" in done.stderr
+    env = cluster.api(f"/apis/apps/v1/namespaces/{NS}/deployments/vfc")["spec"]["template"]["spec"][
+        "containers"][0]["env"]
+    assert env == [{"name": VAR, "value": "1"}]
