@@ -116,6 +116,9 @@ def command(**params: Any) -> None:
             info("nothing changed")
             sys.exit(int(ExitCode.FAILED))
         the_plan = confirmed
+    else:  # stated before anything changes (a terminal showed them in the plan)
+        for note in the_plan.devmode_notes() if not params["dry_run"] else ():
+            info(note)
     outcome = run(the_plan, INTERRUPTED, progress=info if sys.stderr.isatty() else None)
     for note in outcome.notes:
         info(note)

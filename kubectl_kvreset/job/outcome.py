@@ -190,13 +190,16 @@ def plan_report(plan: Plan) -> Report:
     report = Report("PlannedReset", cols)
     for p in plan.pods:
         steps: list[str] = []
+        replaced = plan.devmode_changes.get((p.pod.namespace, p.pod.owner), ())
+        changes = f" ({'; '.join(replaced)})" if replaced else ""
         for step in p.steps.steps:
             if step.action == "api-reset":
                 q = "?" + urlencode(p.query) if p.query else ""
                 steps += [f"POST {p.routes[0]}{q}"] + [f"POST {r}" for r in p.routes[1:]]
                 if fallback in ("devmode", "restart") and dev_mode_on(p.pod) is None:
                     verb = "restart" if fallback == "restart" else "devmode --enable"
-                    steps.append(f"if vLLM answers 404 (dev mode off): {verb} {p.pod.owner.ref()}")
+                    steps.append(f"if vLLM answers 404 (dev mode off): {verb} {p.pod.owner.ref()}"
+                                 + (changes if fallback == "devmode" else ""))
             elif step.action == "clear-fs":
                 steps.append("clear-fs " + ",".join(t.root_dir or "" for t in step.empties)
                              + (" (--whole-tier: every model's files, also where pods outside the targets mount the "
@@ -204,13 +207,16 @@ def plan_report(plan: Plan) -> Report:
             elif step.action == "restart":
                 steps.append(f"restart {p.pod.owner.ref()}")
             else:
-                steps.append(f"devmode --enable {p.pod.owner.ref()}")
+                steps.append(f"devmode --enable {p.pod.owner.ref()}{changes}")
+        if p.not_running is not None:
+            steps.append(f"none: {p.not_running.describe()}")
         report.add({
             "namespace": p.pod.namespace, "pod": p.pod.name, "owner": p.pod.owner.ref(),
             "ports": [port.port for port in p.pod.ports], "version": p.version or "unknown",
             "steps": steps,
             "empties": [tier_label(t) for step in p.steps.steps for t in step.empties],
-            "leaves": [f"{tier_label(lt.tier)} ({lt.flag or 'outside the pods'})" for lt in p.steps.left]
+            "leaves": [f"{tier_label(lt.tier)} ({lt.flag or ('pod not running' if p.not_running else 'outside the pods')})"
+                       for lt in p.steps.left]
             + ([f"every pod tier if vLLM answers 404 (VLLM_SERVER_DEV_MODE is not in the spec): "
                 f"{'then ' + fallback if fallback in ('devmode', 'restart') else '--fallback=devmode|restart'}"]
                if p.has("api-reset") and dev_mode_on(p.pod) is None else []),
@@ -260,6 +266,8 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
     """The :class:`PortOutcome` of one pod and port: each tier's state from the step that was
     to empty it, the result, the messages and the exit code it earns."""
     pod = plan.pod
+    if plan.not_running is not None:
+        return not_running_outcome(plan, port)
     messages: list[str] = []
     failure_result: str | None = None
     unconfirmed = False
@@ -410,6 +418,23 @@ def engine_zero_only(version: str | None, engines: int, port: ApiPort | None) ->
     where = f" behind port {port.port}" if port is not None else ""
     return (f"{who} answers the reset for engine 0 only: {others} of the {engines} data-parallel engines{where} "
             "are not confirmed (vLLM 0.32.0 and later answer for every engine)")
+
+
+def not_running_outcome(plan: PodPlan, port: ApiPort | None) -> PortOutcome:
+    """The :class:`PortOutcome` of a pod with no running vLLM container: result ``not
+    running``, every tier ``left`` with the pod's state and cause as the reason, nothing sent,
+    exit code 1."""
+    pod, down = plan.pod, plan.not_running
+    assert down is not None
+    cells: dict[str, list[str]] = {}
+    for effect in plan.effects:
+        cells.setdefault(effect.tier.kind.value, []).append("left")
+    return PortOutcome(
+        namespace=pod.namespace, pod=pod.name, container=pod.container, port=port.port if port is not None else None,
+        role=pod.role, owner=pod.owner.ref(), version=None, tiers={k: tuple(v) for k, v in cells.items()},
+        result="not running", messages=(down.describe() + ": nothing was sent to it",), steps=(), calls=0,
+        busy_answers=0, left=tuple(LeftRow(tier_label(lt.tier), lt.reason, None) for lt in plan.steps.left),
+        code=ExitCode.FAILED)
 
 
 def describe_reset_failure(pod: VllmPod, first: ResetResult) -> tuple[str, str]:

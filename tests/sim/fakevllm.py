@@ -265,7 +265,8 @@ class FakeVLLM:
         connectors: the KV connectors (MultiConnector children flattened).
         overrides: scenario overrides: ``busy`` (int, first N reset calls find blocks held),
             ``busy_forced`` (bool: a forced reset while busy still fails -> 500),
-            ``reset_delay_ms`` (int), ``metrics_status`` (int), ``warm_blocks`` (int, default
+            ``reset_delay_ms`` (int), ``metrics_status`` (int), ``metrics_fail_first`` (int: the
+            first N scrapes answer 500, later ones 200), ``warm_blocks`` (int, default
             512), ``warm_cpu_blocks`` (int, default 4 x warm_blocks), ``token_delay_ms`` (int,
             default 10: the pace of a streamed completion).
             ``busy_engines`` (``{engine: N}``: the first N reset calls find that engine's blocks
@@ -667,6 +668,10 @@ class FakeVLLM:
                     "prompt": self._c.prompt_tokens, "generation": self._c.generation_tokens,
                     "length": float(self._c.finished_length), "stop": float(self._c.finished_stop)}
         status = self.overrides.get("metrics_status")
+        with self._lock:
+            calls = self._c.metrics_calls
+        if int(self.overrides.get("metrics_fail_first", 0) or 0) >= calls:
+            status = 500   # a transient failure: the first N scrapes answer 500
         if status is not None and int(status) != 200:
             return int(status), [("content-type", "text/plain; charset=utf-8")], b"Internal Server Error"
         registry = CollectorRegistry(auto_describe=False)

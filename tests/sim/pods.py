@@ -32,6 +32,7 @@ Per-pod ``overrides`` (all optional; the scenario file passes them through):
   true`` preempts and succeeds unless ``busy_forced`` (bool) is set, then 500.
 - ``reset_delay_ms`` (int): every reset call sleeps this long (outside locks).
 - ``metrics_status`` (int): ``/metrics`` answers this HTTP status (e.g. 500).
+- ``metrics_fail_first`` (int): the first N ``/metrics`` scrapes of each port answer 500.
 - ``ports`` (list of int): API ports to serve when the command is not run (``sandbox=False``).
 - ``warm_blocks`` (int, default 512): GPU prefix-cache blocks at start;
   ``warm_cpu_blocks`` (int, default 4 x warm_blocks): CPU offload blocks at start.
