@@ -302,6 +302,9 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
                 messages.append(f"{tier_label(tier)} left: {reason}" + (f"; to empty it: {flag}" if flag else ""))
         elif action == "api-reset":
             state = reset_state or "not emptied"
+            if state == "emptied" and any(tier is t for t in plan.unconfirmed):
+                state, unconfirmed = "unconfirmed", True
+                messages.append(f"{tier_label(tier)}: {effect.reason}")
         elif action == "clear-fs":
             state, fs_text = fs_state(tier, fs_results)
             if fs_text:

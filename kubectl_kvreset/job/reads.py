@@ -4,18 +4,22 @@ line prints it."""
 
 from __future__ import annotations
 
-from ..podapi import CallFailure, fetch_metrics, probe_version
-from ..pods import VllmPod
+from ..podapi import fetch_metrics
 from ..pool import Cancel, NotRun, parallel
 from ..report import Column, ExitCode, Report
 from ..vllm_api import EngineMetrics, MetricsParseError, parse_metrics
+from .planning import dev_mode_on
+from .probes import apply_probe, probe_pods
 from .scope import Scope
 
 
 def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None) -> Report:
     """The ``VllmPod`` report of the targeted pods: owner, role, container, ports, the version
-    read with ``GET /version`` (in parallel), dev mode, connectors, tiers. A pod whose version
-    could not be read earns exit code 1 (130 when the run was cancelled first)."""
+    read with ``GET /version``, dev mode, connectors, tiers. The version and, where dev mode may
+    be on, the live configuration (``/server_info``) are read once per owner and pod template
+    (:func:`kubectl_kvreset.job.probes.probe_pods`); the live connectors and tiers win over the
+    spec's, with a note. A pod whose version could not be read earns exit code 1 (130 when the
+    run was cancelled first)."""
     columns = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("OWNER", "owner"),
                Column("ROLE", "role"), Column("CONTAINER", "container"), Column("PORTS", "ports"),
                Column("FRONT", "front_ports", wide=True), Column("VERSION", "version"),
@@ -26,25 +30,25 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
         columns = columns[1:]
     report = Report("VllmPod", columns)
 
-    def probe(pod: VllmPod) -> str | CallFailure:
-        if not pod.ports:
-            return CallFailure("no-port", "no API port found")
-        first = pod.ports[0]
-        return probe_version(ctx.caller, ctx.ref(pod), first.port, scheme=first.scheme)
-
-    versions = parallel(ctx.pods, probe, max_concurrency, cancel)
-    for pod, got in zip(ctx.pods, versions, strict=True):
+    probes = probe_pods(ctx.caller, ctx.pods, max_concurrency, cancel, dev_mode_on)
+    for spec_pod, got in zip(ctx.pods, probes, strict=True):
+        pod = apply_probe(spec_pod, got)
         notes = list(pod.notes)
         code = ExitCode.OK
         version: str | None = None
         if isinstance(got, NotRun):
             notes.append("version not read: interrupted")
             code = ExitCode.INTERRUPTED
-        elif isinstance(got, CallFailure):
-            notes.append(f"version unknown: {got.message}")
+        elif got.version is None and got.failure is not None:
+            notes.append(f"version unknown: {got.failure.message}")
             code = ExitCode.FAILED
         else:
-            version = got
+            version = got.version
+            if got.failure is not None:
+                notes.append(f"an unknown build ({got.failure.message}): the oldest behaviour is assumed"
+                             + ("; /openapi.json decides the reset routes" if got.routes is not None else ""))
+        if not isinstance(got, NotRun) and got.live_failure is not None:
+            notes.append(f"live configuration not read: {got.live_failure}")
         report.add({
             "namespace": pod.namespace,
             "pod": pod.name,
