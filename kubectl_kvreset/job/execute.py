@@ -11,7 +11,6 @@ Never writes to stderr: warnings are notes on the outcome; rollout progress goes
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from ..discovery import discover
 from ..fstier import plan_fs_clear, run_fs_clear
@@ -142,10 +141,13 @@ def reprobe(plan: Plan, by_port: dict[PortKey, list[ResetResult | NotRun]], canc
         i = next(j for j in odd if plan.pods[j].pod.name == pod.name and plan.pods[j].pod.namespace == pod.namespace)
         old = plan.pods[i]
         new = plan_one_pod(pod, probes[key], plan.options.fallback, plan.options.preempt_running)
-        new.pod = replace(new.pod, notes=new.pod.notes + (
-            f"this pod's answers did not fit the version its template reported ({old.version or 'unknown'}): "
-            f"probed on its own, it reports {new.version or 'no version'}",))
+        new.notes += (f"this pod's answers did not fit the version its template reported "
+                      f"({old.version or 'unknown'}): probed on its own, it reports {new.version or 'no version'}",)
         plan.pods[i] = new
+        port_keys = [(pod.namespace, pod.name, pod.container, port.port) for port in pod.ports]
+        for k in port_keys:  # a route the pod's own version lacks was not its to call
+            if k in by_port:
+                by_port[k] = [r for r in by_port[k] if isinstance(r, NotRun) or r.route in new.routes]
         if new.has(STEP_API_RESET):
             more += [(new, port, r) for port in new.pod.ports for r in new.routes if r not in old.routes]
     extra = parallel(more, lambda u: reset_route(plan, u[0], u[1], u[2]), plan.options.max_concurrency, cancel)

@@ -157,7 +157,7 @@ def plan_report(plan: Plan) -> Report:
     fallback = plan.fallback_chosen
     cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORTS", "ports", wide=True),
             Column("VERSION", "version"), Column("STEPS", "steps"), Column("EMPTIES", "empties"),
-            Column("LEAVES", "leaves")]
+            Column("LEAVES", "leaves"), Column("NOTES", "notes", wide=True)]
     if plan.scope.namespace is not None:
         cols = cols[1:]
     report = Report("PlannedReset", cols)
@@ -186,6 +186,7 @@ def plan_report(plan: Plan) -> Report:
                 f"{'then ' + fallback if fallback in ('devmode', 'restart') else '--fallback=devmode|restart'}"]
                if p.has("api-reset") and dev_mode_on(p.pod) is None else []),
             "disruptive": [s.action for s in p.steps.steps if s.disruptive],
+            "notes": list(p.notes),
         })
     return report
 
@@ -225,7 +226,7 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
     """The :class:`PortOutcome` of one pod and port: each tier's state from the step that was
     to empty it, the result, the messages and the exit code it earns."""
     pod = plan.pod
-    messages: list[str] = []
+    messages: list[str] = list(plan.notes)
     failure_result: str | None = None
     unconfirmed = False
     gone = False

@@ -111,7 +111,9 @@ class PodPlan:
     ``query``), what the API reset empties (``effects``) and the chained ``steps``
     (:func:`kubectl_kvreset.plan.plan_pod_steps`). ``probe_failure`` says why the version is
     unknown; ``unconfirmed``: tiers whose reset is sent but whose result cannot be known (the
-    connector tiers of an unknown build: reported ``unconfirmed``, never ``emptied``).
+    connector tiers of an unknown build: reported ``unconfirmed``, never ``emptied``); ``notes``:
+    what the running server said that the spec did not (the live configuration, the build), for
+    the plan's and the result's rows.
     ``version_deferred`` is always False (kept for callers of earlier releases). ``steps`` change
     when a 404 shows dev mode off and the allowed fallback applies, and the whole plan of a pod
     whose answers contradict its template's is rebuilt from its own probe."""
@@ -125,6 +127,7 @@ class PodPlan:
     steps: PodSteps
     version_deferred: bool = False
     unconfirmed: tuple[Tier, ...] = ()
+    notes: tuple[str, ...] = ()
 
     def has(self, action: str) -> bool:
         """True when the plan holds the step ``action``."""
@@ -198,7 +201,13 @@ def pod_plan(pod: VllmPod, got: Probed, fallback: str, preempt: bool) -> PodPlan
     build the routes and parameters ``/openapi.json`` lists, its connector tiers ``unconfirmed``.
     """
     probe = got if isinstance(got, Probe) else None
+    spec_notes = set(pod.notes)
     pod = apply_probe(pod, got)
+    notes = [n for n in pod.notes if n not in spec_notes]
+    if probe is not None and probe.failure is not None and probe.failure.kind == "unknown-build":
+        notes.append(f"an unknown build ({probe.failure.message}): "
+                     + ("/openapi.json decided the reset routes and parameters" if probe.routes is not None
+                        else "the oldest behaviour is assumed"))
     version_text = probe.version if probe else None
     version = release_version(version_text)
     effects = api_reset_effects(pod.layout, version, reset_external=True)
@@ -225,7 +234,8 @@ def pod_plan(pod: VllmPod, got: Probed, fallback: str, preempt: bool) -> PodPlan
     failure = probe.failure if probe is not None and probe.version is None else None
     if probe is not None and probe.failure is not None and probe.failure.kind == "unknown-build":
         failure = probe.failure
-    return PodPlan(pod, version_text, failure, effects, query, routes, steps, unconfirmed=unconfirmed)
+    return PodPlan(pod, version_text, failure, effects, query, routes, steps, unconfirmed=unconfirmed,
+                   notes=tuple(notes))
 
 
 def promote(plans: list[PodPlan], owner_step: dict[tuple[str, Owner], str]) -> None:
