@@ -62,7 +62,7 @@ def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], N
     units = [(p, port, route) for p in pods if p.has(STEP_API_RESET) for port in p.pod.ports for route in p.routes]
     got = parallel(units, lambda u: reset_route(plan, u[0], u[1], u[2]), options.max_concurrency, cancel)
     by_port: dict[PortKey, list[ResetResult | NotRun]] = {}
-    for (p, port, route), result in zip(units, got, strict=True):
+    for (p, port, _route), result in zip(units, got, strict=True):
         if isinstance(result, (ResetResult, NotRun)):
             by_port.setdefault((p.pod.namespace, p.pod.name, p.pod.container, port.port), []).append(result)
     if not cancel.is_set():
@@ -134,7 +134,7 @@ def reprobe(plan: Plan, by_port: dict[PortKey, list[ResetResult | NotRun]], canc
     firsts: dict[tuple[str, ...], VllmPod] = {}
     for i in odd:
         pod = originals.get((plan.pods[i].pod.namespace, plan.pods[i].pod.name), plan.pods[i].pod)
-        firsts[("reprobe", *template_key(pod), pod.name)] = pod
+        firsts[("reprobe", pod.name) + template_key(pod)] = pod
     probes = probe_templates(plan.scope.caller, firsts, plan.options.max_concurrency, cancel, dev_mode_on)
     more: list[tuple[PodPlan, ApiPort, str]] = []
     for key, pod in firsts.items():
@@ -152,7 +152,8 @@ def reprobe(plan: Plan, by_port: dict[PortKey, list[ResetResult | NotRun]], canc
             more += [(new, port, r) for port in new.pod.ports for r in new.routes if r not in old.routes]
     extra = parallel(more, lambda u: reset_route(plan, u[0], u[1], u[2]), plan.options.max_concurrency, cancel)
     for (p, port, _route), result in zip(more, extra, strict=True):
-        by_port.setdefault((p.pod.namespace, p.pod.name, p.pod.container, port.port), []).append(result)
+        if isinstance(result, (ResetResult, NotRun)):
+            by_port.setdefault((p.pod.namespace, p.pod.name, p.pod.container, port.port), []).append(result)
 
 
 def find_successors(plan: Plan, results: RunResults) -> None:

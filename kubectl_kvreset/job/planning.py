@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from packaging.version import Version
 
+from ..liveconfig import release_version
 from ..plan import (
     DISRUPTIVE_STEPS,
     FALLBACKS,
@@ -25,7 +26,6 @@ from ..plan import (
     api_reset_effects,
     plan_pod_steps,
 )
-from ..liveconfig import release_version
 from ..podapi import CallFailure
 from ..pods import Owner, VllmPod
 from ..pool import Cancel, NotRun

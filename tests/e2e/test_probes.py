@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.simctl import SimCluster
-
 from tests.bench.driver import BENCH_MANIFEST
+from tests.simctl import SimCluster
 
 NS = "bench"
 OWNER = "deployment/bench-vllm"
