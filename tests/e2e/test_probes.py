@@ -104,6 +104,23 @@ def test_a_connector_only_the_server_reports_is_listed_and_planned(bench) -> Non
     assert all(r["cpu"] == "emptied" and "the running server reports" in r["message"] for r in rows), rows
 
 
+def test_an_unknown_build_follows_its_openapi_and_its_connector_reset_is_unconfirmed(bench) -> None:
+    """``/version`` says ``dev`` (a source build); the server has 0.26.0's routes and the CPU
+    OffloadingConnector: /openapi.json decides the routes and reset_external, the CPU tier's
+    reset is unconfirmed (exit 3), never emptied."""
+    cluster = bench(2, [{"vllm_version": "dev", "behaves_as": "0.26.0", "live_kv_transfer_config": OFFLOAD}])
+    before = cluster.state()["api_requests"]
+    code, rows, err = cluster.run_json("clear", "--all", "-n", NS)
+    assert code == 3, err
+    for r in rows:
+        assert r["version"] == "dev" and r["gpu"] == "emptied" and r["cpu"] == "unconfirmed", r
+        assert r["result"] == "unconfirmed" and "/openapi.json decided" in r["message"], r
+    req = _delta(cluster.state()["api_requests"], before)
+    assert req["create pods/proxy"] == 2 * ROUTES_026  # every route its openapi lists, once
+    assert req["get pods/proxy"] == 3  # /version, /server_info, /openapi.json: once for the template
+    assert all(p["ports"]["8000"]["last_reset_query"] == "reset_external=true" for p in cluster.live_pods())
+
+
 SECRET = "s3cr3t-planted-value"
 
 

@@ -263,7 +263,8 @@ class FakeVLLM:
             ``busy_forced`` (bool: a forced reset while busy still fails -> 500),
             ``reset_delay_ms`` (int), ``metrics_status`` (int), ``warm_blocks`` (int, default
             512), ``warm_cpu_blocks`` (int, default 4 x warm_blocks), ``token_delay_ms`` (int,
-            default 10: the pace of a streamed completion).
+            default 10: the pace of a streamed completion), ``behaves_as`` (str: the release whose
+            routes and answers a build serves while ``/version`` says ``version``, e.g. ``dev``).
         tls: the server speaks HTTPS (``--ssl-certfile``).
         env: the server's environment (for ``/server_info``'s ``vllm_env``).
         kv_transfer_config: the resolved ``--kv-transfer-config`` object, for
@@ -294,7 +295,9 @@ class FakeVLLM:
     ) -> None:
         self.port = port
         self.version = version
-        self.v = parse_version(version)
+        # a build whose /version says nothing usable (``dev``, a fork) may still have a
+        # release's routes: ``behaves_as`` names that release
+        self.v = parse_version(str((overrides or {}).get("behaves_as") or version))
         self.dev_mode = dev_mode
         self.model = model
         self.served_model_name = served_model_name or model

@@ -36,6 +36,8 @@ Per-pod ``overrides`` (all optional; the scenario file passes them through):
 - ``warm_blocks`` (int, default 512): GPU prefix-cache blocks at start;
   ``warm_cpu_blocks`` (int, default 4 x warm_blocks): CPU offload blocks at start.
 - ``fs_files`` (int, default 4): block files each FS tier root gets at start.
+- ``behaves_as`` (str): the release whose routes and answers the servers have while ``/version``
+  says ``vllm_version`` (an unknown build: ``dev``, a fork's name).
 - ``live_kv_transfer_config`` (object): the ``kv_transfer_config`` the servers report in
   ``/server_info?config_format=json`` instead of the one their command line gives (what a
   ``--config`` file or an image default set, unseen in the spec).
