@@ -47,8 +47,11 @@ def discover(kube: Kube, namespace: str | None, *, selector: str | None = None) 
     """List pods (one namespace, or all when ``namespace`` is None) and describe the vLLM ones:
     one :class:`VllmPod` per vLLM server container (a pod with two gives two, same name).
 
-    API requests: one pod list, plus one ReplicaSet list per namespace holding ReplicaSet-owned
-    vLLM pods (to name their Deployments). Pods that are being deleted are left out.
+    API requests: one pod list, plus one ReplicaSet list per namespace holding a ReplicaSet-owned
+    vLLM pod whose labels do not name its Deployment (a ``pod-template-hash`` label that ends
+    the ReplicaSet's name gives the Deployment, as the Deployment controller names them:
+    :func:`~kubectl_kvreset.pods.deployment_from_replicaset_name`). Pods that are being deleted
+    are left out.
 
     Raises:
         kubectl_kvreset.kube.KubeApiError: the list was refused (403) or failed.
@@ -61,7 +64,14 @@ def discover(kube: Kube, namespace: str | None, *, selector: str | None = None) 
             continue
         for described in describe_pod_containers(pod):  # one per vLLM container
             found.append((pod, described))
-    rs_namespaces = sorted({d.namespace for _, d in found if d.owner.kind == "ReplicaSet"})
+    named: dict[str, Owner] = {}
+    for _, d in found:
+        if d.owner.kind == "ReplicaSet":
+            by_name = deployment_from_replicaset_name(d.owner.name, d.labels)
+            if by_name is not None:
+                named[d.uid or d.name] = by_name
+    rs_namespaces = sorted({d.namespace for _, d in found
+                            if d.owner.kind == "ReplicaSet" and (d.uid or d.name) not in named})
     rs_owners_by_ns: dict[str, dict[str, Owner]] = {}
     inferred: set[str] = set()
     for ns in rs_namespaces:
@@ -74,7 +84,9 @@ def discover(kube: Kube, namespace: str | None, *, selector: str | None = None) 
     result: list[VllmPod] = []
     for obj, described in found:
         if described.owner.kind == "ReplicaSet":
-            if described.namespace in inferred:
+            if (described.uid or described.name) in named:
+                described = replace(described, owner=named[described.uid or described.name])
+            elif described.namespace in inferred:
                 owner = deployment_from_replicaset_name(described.owner.name, described.labels)
                 if owner is not None:
                     described = replace(described, owner=owner, notes=described.notes + (

@@ -641,6 +641,8 @@ class Kube:
     _user: Mapping[str, Any] = field(default_factory=dict)
     #: the last credential refresh's failure, said again if the API server then answers 401
     _refresh_failure: str | None = None
+    #: the kubeconfig cluster's name (``--cluster`` or the context's), ``(in-cluster)`` inside a pod
+    cluster: str = ""
 
     @classmethod
     def connect(cls, flags: KubeFlags, *, pool_size: int = 16) -> Kube:
@@ -663,7 +665,7 @@ class Kube:
         in_cluster = not paths and bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not flags.server
         if not in_cluster and not paths and not flags.server:
             raise KubeConfigError("no kubeconfig found: set KUBECONFIG, pass --kubeconfig, or create ~/.kube/config")
-        who: dict[str, Any] = {"name": "", "user": {}}
+        who: dict[str, Any] = {"name": "", "user": {}, "cluster": "(in-cluster)" if in_cluster else ""}
 
         def load() -> tuple[Any, str, str]:
             # builds a fresh configuration: called again after a 401 to get new credentials
@@ -685,6 +687,7 @@ class Kube:
             user = cfg["users"][0]["user"]
             ctx_entry = _find(merged, "contexts", ctx_name) if ctx_name else None
             who["name"] = flags.user or str(((ctx_entry or {}).get("context") or {}).get("user") or "")
+            who["cluster"] = flags.cluster or str(((ctx_entry or {}).get("context") or {}).get("cluster") or "")
             who["user"] = user
             sourced = isinstance(user.get("exec"), dict) or isinstance(user.get("auth-provider"), dict)
             with _quiet_library() as log:
@@ -743,8 +746,15 @@ class Kube:
             _reload=reload,
             user_name=who["name"],
             _user=who["user"],
+            cluster=who["cluster"] or ("(from --server)" if flags.server else ""),
         )
         return kube
+
+    def where(self, all_namespaces: bool = False) -> str:
+        """``context "c", cluster "k" (https://host), namespace "ns"`` (``all namespaces`` with
+        ``-A``), for the confirmation prompt and the ``-v`` line."""
+        ns = "all namespaces" if all_namespaces else f'namespace "{self.namespace}"'
+        return f'context "{self.context}", cluster "{self.cluster}" ({self.host}), {ns}'
 
     @property
     def pool_size(self) -> int:

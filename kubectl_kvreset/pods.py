@@ -427,23 +427,41 @@ def missing_pair_roles(targeted: Sequence[VllmPod], universe: Sequence[VllmPod])
 
     Two owners form a pair when their pods' labels are equal except the role labels and the
     controller's own labels, and their roles differ. Returns ``(targeted_owner, other_owner)``.
+    Work is linear in pods: one pod per owner is compared, through a dictionary keyed by the
+    namespace and label signature.
     """
     def signature(p: VllmPod) -> tuple[tuple[str, str], ...]:
         return tuple(sorted((k, v) for k, v in p.labels.items()
                             if k not in _PAIR_IGNORED and not k.startswith("leaderworkerset.sigs.k8s.io/")))
 
     targeted_owners = {(p.namespace, p.owner) for p in targeted}
+    # the untargeted owners of the universe by (namespace, signature), one entry per owner and role
+    others: dict[tuple[str, tuple[tuple[str, str], ...]], dict[tuple[Owner, str], None]] = {}
+    seen_owner: set[tuple[str, Owner, tuple[tuple[str, str], ...]]] = set()
+    for q in universe:
+        if (q.namespace, q.owner) in targeted_owners or not q.role:
+            continue
+        sig = signature(q)
+        if (q.namespace, q.owner, sig) in seen_owner:
+            continue
+        seen_owner.add((q.namespace, q.owner, sig))
+        others.setdefault((q.namespace, sig), {})[(q.owner, q.role)] = None
     out: list[tuple[Owner, Owner]] = []
     seen: set[tuple[Owner, Owner]] = set()
+    done: set[tuple[str, Owner, tuple[tuple[str, str], ...], str]] = set()
     for p in targeted:
-        for q in universe:
-            if (q.namespace, q.owner) in targeted_owners or q.namespace != p.namespace:
-                continue
-            if p.role and q.role and p.role != q.role and signature(p) == signature(q):
-                pair = (p.owner, q.owner)
-                if pair not in seen:
-                    seen.add(pair)
-                    out.append(pair)
+        if not p.role:
+            continue
+        sig = signature(p)
+        key = (p.namespace, p.owner, sig, p.role)
+        if key in done:
+            continue
+        done.add(key)
+        for other, role in others.get((p.namespace, sig), {}):
+            pair = (p.owner, other)
+            if role != p.role and pair not in seen:
+                seen.add(pair)
+                out.append(pair)
     return out
 
 

@@ -100,8 +100,6 @@ def command(**params: Any) -> None:
         busy_timeout_s=parse_duration(params["busy_timeout"], default=30.0) or 0.0,
         rollout_timeout_s=parse_duration(params["timeout"], default=300.0) or 0.0,
         model_only=params["model_only"], whole_tier=params["whole_tier"], max_concurrency=params["max_concurrency"],
-        # the version decides the plan only where a CPU tier or a shared store is at stake; elsewhere
-        # (and not when the plan is shown first) /version is read alongside the resets, saving a round
         probe_all=interactive or params["dry_run"])
     from ..job.scope import narrow_containers
 
@@ -142,6 +140,7 @@ def confirm(the_plan: Plan, replan: Callable[[Plan, str], Plan], plan_report: Ca
                               default="none", err=True)
         the_plan = replan(the_plan, chosen)
         info(plan_report(the_plan).render("table").rstrip())
-    if not click.confirm("Run these steps?", default=False, err=True):
+    where = the_plan.scope.kube.where(all_namespaces=the_plan.scope.namespace is None)
+    if not click.confirm(f"Run these steps on {where}?", default=False, err=True):
         return None
     return the_plan

@@ -43,6 +43,8 @@ def complete(params: dict[str, Any], *, default_all: bool, pair_note: bool = Tru
             raise click.UsageError(str(exc)) from exc
     flags = flags_from(params)
     kube = Kube.connect(flags, pool_size=int(params.get("max_concurrency") or 16))
+    if int(params.get("verbosity") or 0) >= 1:
+        info(f"using {kube.where(flags.all_namespaces)}")
     scope = select_targets(kube, targets, all_namespaces=flags.all_namespaces,
                            transport=str(params.get("transport") or "auto"), cancel=INTERRUPTED, pair_note=pair_note)
     for note in scope.notes:

@@ -17,14 +17,18 @@ from ..fstier import plan_fs_clear, run_fs_clear, sharing_message
 from ..kube import KubeError
 from ..plan import STEP_API_RESET, STEP_CLEAR_FS, STEP_DEVMODE, STEP_RESTART
 from ..podapi import CallFailure, PodRef, ResetResult, probe_version, reset
-from ..pods import ApiPort, Owner
+from ..pods import ApiPort, Owner, VllmPod
 from ..pool import NOT_RUN, Cancel, NotRun, parallel
 from ..rollout import DevModeResult, restart_owners, run_phased, set_dev_mode
 from ..vllm_api import ResetOutcome
 from .outcome import Outcome, OwnerKey, PortKey, RunResults, build_outcome
-from .planning import Plan, PodPlan, promote
+from .planning import Plan, PodPlan, dev_mode_on, promote
+from .planning import pod_plan as plan_one_pod
+from .probes import contradicts, probe_templates, template_key
 
+#: Kept for callers of earlier releases: the version is read before the resets now.
 VERSION_ROUTE = "GET /version"
+
 
 def reset_route(plan: Plan, pod_plan: PodPlan, port: ApiPort, route: str) -> ResetResult | str | CallFailure:
     """Call one reset route of ``pod_plan`` on one port (the prefix-cache reset with the plan's
@@ -54,20 +58,15 @@ def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], N
     notes: list[str] = list(plan.notes)
     pods = plan.pods
     # every route of every port at once: the caches are independent, and a route the version
-    # lacks is not called (the plan's routes follow the version)
+    # lacks is not called (the plan's routes follow the version its template reported)
     units = [(p, port, route) for p in pods if p.has(STEP_API_RESET) for port in p.pod.ports for route in p.routes]
-    units += [(p, p.pod.ports[0], VERSION_ROUTE) for p in pods if p.version_deferred and p.pod.ports]
     got = parallel(units, lambda u: reset_route(plan, u[0], u[1], u[2]), options.max_concurrency, cancel)
     by_port: dict[PortKey, list[ResetResult | NotRun]] = {}
-    for (p, port, route), result in zip(units, got, strict=True):
-        if route == VERSION_ROUTE:
-            if isinstance(result, str):
-                p.version = result
-            elif isinstance(result, CallFailure):
-                p.probe_failure = result
-            continue
+    for (p, port, _route), result in zip(units, got, strict=True):
         if isinstance(result, (ResetResult, NotRun)):
             by_port.setdefault((p.pod.namespace, p.pod.name, p.pod.container, port.port), []).append(result)
+    if not cancel.is_set():
+        reprobe(plan, by_port, cancel)
     for key, port_results in by_port.items():
         # the prefix-cache reset comes first; after a cancel an extra route that did not run is dropped
         results.resets[key] = (NOT_RUN if isinstance(port_results[0], NotRun)
@@ -115,6 +114,47 @@ def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], N
             results.owners[(owner_result.namespace, owner_result.owner)] = owner_result
     find_successors(plan, results)
     return build_outcome(plan, results, notes, interrupted=cancel.is_set())
+
+
+def reprobe(plan: Plan, by_port: dict[PortKey, list[ResetResult | NotRun]], cancel: Cancel) -> None:
+    """Probe again, on its own, each pod whose reset answer contradicts the version its template
+    reported (:func:`kubectl_kvreset.job.probes.contradicts`: a ``:latest`` image pulled again
+    under the template), rebuild its plan from that probe and call the reset routes the new
+    plan has that were not called yet. Changes ``plan.pods`` and ``by_port`` in place."""
+    odd: list[int] = []
+    for i, p in enumerate(plan.pods):
+        if not p.has(STEP_API_RESET) or not p.pod.ports:
+            continue
+        first = by_port.get((p.pod.namespace, p.pod.name, p.pod.container, p.pod.ports[0].port), [])
+        outcome = first[0].outcome if first and isinstance(first[0], ResetResult) else None
+        if contradicts(p.version, outcome):
+            odd.append(i)
+    if not odd:
+        return
+    originals = {(p.namespace, p.name): p for p in plan.scope.pods}
+    firsts: dict[tuple[str, ...], VllmPod] = {}
+    for i in odd:
+        pod = originals.get((plan.pods[i].pod.namespace, plan.pods[i].pod.name), plan.pods[i].pod)
+        firsts[("reprobe", pod.name) + template_key(pod)] = pod
+    probes = probe_templates(plan.scope.caller, firsts, plan.options.max_concurrency, cancel, dev_mode_on)
+    more: list[tuple[PodPlan, ApiPort, str]] = []
+    for key, pod in firsts.items():
+        i = next(j for j in odd if plan.pods[j].pod.name == pod.name and plan.pods[j].pod.namespace == pod.namespace)
+        old = plan.pods[i]
+        new = plan_one_pod(pod, probes[key], plan.options.fallback, plan.options.preempt_running)
+        new.notes += (f"this pod's answers did not fit the version its template reported "
+                      f"({old.version or 'unknown'}): probed on its own, it reports {new.version or 'no version'}",)
+        plan.pods[i] = new
+        port_keys = [(pod.namespace, pod.name, pod.container, port.port) for port in pod.ports]
+        for k in port_keys:  # a route the pod's own version lacks was not its to call
+            if k in by_port:
+                by_port[k] = [r for r in by_port[k] if isinstance(r, NotRun) or r.route in new.routes]
+        if new.has(STEP_API_RESET):
+            more += [(new, port, r) for port in new.pod.ports for r in new.routes if r not in old.routes]
+    extra = parallel(more, lambda u: reset_route(plan, u[0], u[1], u[2]), plan.options.max_concurrency, cancel)
+    for (p, port, _route), result in zip(more, extra, strict=True):
+        if isinstance(result, (ResetResult, NotRun)):
+            by_port.setdefault((p.pod.namespace, p.pod.name, p.pod.container, port.port), []).append(result)
 
 
 def find_successors(plan: Plan, results: RunResults) -> None:

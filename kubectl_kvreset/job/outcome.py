@@ -184,7 +184,7 @@ def plan_report(plan: Plan) -> Report:
     fallback = plan.fallback_chosen
     cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORTS", "ports", wide=True),
             Column("VERSION", "version"), Column("STEPS", "steps"), Column("EMPTIES", "empties"),
-            Column("LEAVES", "leaves")]
+            Column("LEAVES", "leaves"), Column("NOTES", "notes", wide=True)]
     if plan.scope.namespace is not None:
         cols = cols[1:]
     report = Report("PlannedReset", cols)
@@ -221,6 +221,7 @@ def plan_report(plan: Plan) -> Report:
                 f"{'then ' + fallback if fallback in ('devmode', 'restart') else '--fallback=devmode|restart'}"]
                if p.has("api-reset") and dev_mode_on(p.pod) is None else []),
             "disruptive": [s.action for s in p.steps.steps if s.disruptive],
+            "notes": list(p.notes),
         })
     return report
 
@@ -268,7 +269,7 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
     pod = plan.pod
     if plan.not_running is not None:
         return not_running_outcome(plan, port)
-    messages: list[str] = []
+    messages: list[str] = list(plan.notes)
     failure_result: str | None = None
     unconfirmed = False
     gone = False
@@ -351,11 +352,15 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
                 messages.append(f"{tier_label(tier)} left: {reason}" + (f"; to empty it: {flag}" if flag else ""))
         elif action == "api-reset":
             state = reset_state or "not emptied"
+            why = reset_reason
+            if state == "emptied" and any(tier is t for t in plan.unconfirmed):
+                state, unconfirmed, why = "unconfirmed", True, effect.reason
+                messages.append(f"{tier_label(tier)}: {effect.reason}")
             if state == "not emptied":
                 left_rows.append(LeftRow(tier_label(tier), reset_reason or "the reset did not run",
                                          RESET_REMEDIES.get(failure_result or "", RESET_REMEDY)))
             elif state == "unconfirmed":
-                unconfirmed_rows.append(UnconfirmedRow(tier_label(tier), reset_reason))
+                unconfirmed_rows.append(UnconfirmedRow(tier_label(tier), why))
         elif action == "clear-fs":
             state, fs_text = fs_state(tier, fs_results)
             if fs_text:

@@ -3,14 +3,18 @@ where an FS tier remains, and the disruptive fallback the user allowed; owner-le
 shared by every targeted pod of the owner. ``clear --dry-run`` prints exactly this object, and
 :func:`kubectl_kvreset.job.execute.run` executes it (Terraform's plan/apply).
 
-The rules per tier and version are data in :mod:`kubectl_kvreset.plan`; this module reads the
-versions (``GET /version``, in parallel, where the plan depends on them) and applies the rules.
+The rules per tier and version are data in :mod:`kubectl_kvreset.plan`; this module reads what
+the servers say (:mod:`kubectl_kvreset.job.probes`: ``/version`` and the live configuration once
+per owner and pod template, ``/openapi.json`` for an unknown build) and applies the rules.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from packaging.version import Version
+
+from ..liveconfig import release_version
 from ..plan import (
     DISRUPTIVE_STEPS,
     FALLBACKS,
@@ -22,30 +26,26 @@ from ..plan import (
     api_reset_effects,
     plan_pod_steps,
 )
-from ..podapi import CallFailure, probe_version
+from ..podapi import CallFailure
 from ..pods import Owner, VllmPod
 from ..podstate import NotRunning, not_running
-from ..pool import Cancel, NotRun, parallel
+from ..pool import NOT_RUN, Cancel, NotRun
 from ..rollout import dev_mode_changes
-from ..tiers import TierKind
-from ..vllm_api import extra_reset_routes, parse_version, reset_query
+from ..tiers import Tier, TierKind
+from ..vllm_api import extra_reset_routes, reset_query
+from .probes import Probe, apply_probe, probe_pods
 from .scope import Scope
 
 #: Every reset route; a version that lacks one answers 404 there, read as "not on this version".
 ALL_RESET_ROUTES = ("/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache")
 
 
-class Deferred:
-    """Marks a pod whose version is read alongside its resets (see :func:`version_matters`)."""
+#: What probing a pod's template gave (:class:`~kubectl_kvreset.job.probes.Probe`), or not run.
+Probed = Probe | NotRun
 
-    def __repr__(self) -> str:
-        return "DEFERRED"
-
-
-DEFERRED = Deferred()
-
-#: What reading a pod's version gave: the version string, why not, not read yet, or not run.
-Probed = str | CallFailure | Deferred | NotRun
+#: The newest release the reset rules know; an unknown build's connector reset is judged by it,
+#: and then reported ``unconfirmed`` (never ``emptied``).
+NEWEST_KNOWN = Version("0.33.0")
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,8 @@ class ClearOptions:
         whole_tier: clear-fs empties a volume other pods also mount whole (their models'
             files too); without it only the targets' models' directories go there.
         max_concurrency: calls in flight at once.
-        probe_all: read every pod's version before planning (the plan is shown first: a prompt or
-            ``--dry-run``), instead of only where the plan depends on it.
+        probe_all: kept for callers of earlier releases: every pod template is probed before
+            planning now (one pod answers for its template), so it changes nothing.
     """
 
     fallback: str = "none"
@@ -121,11 +121,15 @@ class PodPlan:
     """What the job will do on one pod: the ``routes`` to call on each port (the first with
     ``query``), what the API reset empties (``effects``) and the chained ``steps``
     (:func:`kubectl_kvreset.plan.plan_pod_steps`). ``probe_failure`` says why the version is
-    unknown; ``version_deferred``: the version is read alongside the resets. ``version`` and
-    ``probe_failure`` are filled in by the run for a deferred pod, and ``steps`` change when a
-    404 shows dev mode off and the allowed fallback applies. ``not_running``: the pod has no
-    running vLLM container (Pending, Unschedulable, ContainerCreating, CrashLoopBackOff): no
-    step is planned and nothing is sent to it."""
+    unknown; ``unconfirmed``: tiers whose reset is sent but whose result cannot be known (the
+    connector tiers of an unknown build: reported ``unconfirmed``, never ``emptied``); ``notes``:
+    what the running server said that the spec did not (the live configuration, the build), for
+    the plan's and the result's rows. ``not_running``: the pod has no running vLLM container
+    (Pending, Unschedulable, ContainerCreating, CrashLoopBackOff): no step is planned and nothing
+    is sent to it.
+    ``version_deferred`` is always False (kept for callers of earlier releases). ``steps`` change
+    when a 404 shows dev mode off and the allowed fallback applies, and the whole plan of a pod
+    whose answers contradict its template's is rebuilt from its own probe."""
 
     pod: VllmPod
     version: str | None
@@ -136,6 +140,8 @@ class PodPlan:
     steps: PodSteps
     version_deferred: bool = False
     not_running: NotRunning | None = None
+    unconfirmed: tuple[Tier, ...] = ()
+    notes: tuple[str, ...] = ()
 
     def has(self, action: str) -> bool:
         """True when the plan holds the step ``action``."""
@@ -180,23 +186,19 @@ class Plan:
 
 def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
          fallback_chosen: str | None = None) -> Plan:
-    """Read the versions the plan depends on (``GET /version`` on each pod's first port, in
-    parallel, at most ``options.max_concurrency`` at once) and build the :class:`Plan`.
+    """Probe each owner's pod templates (``GET /version`` and, where dev mode may be on,
+    ``GET /server_info?config_format=json``, at most ``options.max_concurrency`` at once;
+    :func:`kubectl_kvreset.job.probes.probe_pods`) and build the :class:`Plan`.
 
     ``fallback_chosen``: the fallback the user named, kept for the plan's rows (None when
     ``options.fallback`` is the default). Never raises for a pod's failure: a version that
     could not be read is planned as the oldest behaviour (DESIGN §1).
     """
-    def probe(pod: VllmPod) -> str | CallFailure:
-        if not pod.ports:
-            return CallFailure("no-port", "no API port found in the vLLM command")
-        return probe_version(scope.caller, scope.ref(pod), pod.ports[0].port, scheme=pod.ports[0].scheme)
-
-    early = [p for p in scope.pods if (options.probe_all or version_matters(p)) and pod_not_running(p) is None]
-    # keyed per container: two vLLM containers of one pod may run different releases
-    got = dict(zip(((p.uid or p.name, p.container) for p in early),
-                   parallel(early, probe, options.max_concurrency, cancel), strict=True))
-    probed: tuple[Probed, ...] = tuple(got.get((p.uid or p.name, p.container), DEFERRED) for p in scope.pods)
+    running = [p for p in scope.pods if pod_not_running(p) is None]
+    answers = probe_pods(scope.caller, running, options.max_concurrency, cancel, dev_mode_on)
+    got = {id(p): a for p, a in zip(running, answers, strict=True)}
+    # a pod that is not running is sent nothing: build_plans plans it from its status alone
+    probed: tuple[Probed, ...] = tuple(got.get(id(p), NOT_RUN) for p in scope.pods)
     changes: dict[tuple[str, Owner], tuple[str, ...]] = {}
     for p in scope.pods:
         key = (p.namespace, p.owner)
@@ -215,7 +217,8 @@ def replan(old: Plan, fallback: str) -> Plan:
 
 
 def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, preempt: bool) -> list[PodPlan]:
-    """One :class:`PodPlan` per pod. A disruptive step acts on the owner, so when one pod of an
+    """One :class:`PodPlan` per pod, from the pod as its template's probe describes it
+    (:func:`pod_plan`). A disruptive step acts on the owner, so when one pod of an
     owner needs it, every targeted pod of that owner gets it (their API reset is dropped: the
     new pods start cold)."""
     plans: list[PodPlan] = []
@@ -226,15 +229,7 @@ def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, 
             left = tuple(LeftTier(e.tier, down.describe(), None) for e in effects)
             plans.append(PodPlan(pod, None, None, effects, (), (), PodSteps((), left, None), not_running=down))
             continue
-        deferred = isinstance(got, Deferred)
-        version_text = got if isinstance(got, str) else None
-        version = parse_version(version_text)
-        effects = api_reset_effects(pod.layout, version, reset_external=True)
-        query = tuple(reset_query(version, reset_external=True, reset_running_requests=preempt))
-        steps = plan_pod_steps(effects, dev_mode_on=dev_mode_on(pod), fallback=fallback)
-        routes = ALL_RESET_ROUTES if deferred else ("/reset_prefix_cache",) + extra_reset_routes(version)
-        plans.append(PodPlan(pod, version_text, got if isinstance(got, CallFailure) else None, effects, query,
-                             routes, steps, version_deferred=deferred))
+        plans.append(pod_plan(pod, got, fallback, preempt))
     owner_step: dict[tuple[str, Owner], str] = {}
     for p in plans:
         for step in p.steps.steps:
@@ -243,6 +238,49 @@ def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, 
                 owner_step[key] = "restart" if "restart" in (owner_step.get(key), step.action) else step.action
     promote(plans, owner_step)
     return plans
+
+
+def pod_plan(pod: VllmPod, got: Probed, fallback: str, preempt: bool) -> PodPlan:
+    """The plan of one pod from its probe: the live layout where ``/server_info`` was read,
+    the routes and query by release (``0.23.1.dev42`` counts as 0.23.1), and for an unknown
+    build the routes and parameters ``/openapi.json`` lists, its connector tiers ``unconfirmed``.
+    """
+    probe = got if isinstance(got, Probe) else None
+    spec_notes = set(pod.notes)
+    pod = apply_probe(pod, got)
+    notes = [n for n in pod.notes if n not in spec_notes]
+    if probe is not None and probe.failure is not None and probe.failure.kind == "unknown-build":
+        notes.append(f"an unknown build ({probe.failure.message}): "
+                     + ("/openapi.json decided the reset routes and parameters" if probe.routes is not None
+                        else "the oldest behaviour is assumed"))
+    version_text = probe.version if probe else None
+    version = release_version(version_text)
+    effects = api_reset_effects(pod.layout, version, reset_external=True)
+    query = tuple(reset_query(version, reset_external=True, reset_running_requests=preempt))
+    routes = ("/reset_prefix_cache",) + extra_reset_routes(version)
+    unconfirmed: tuple[Tier, ...] = ()
+    if probe is not None and version is None and probe.routes is not None:
+        listed = probe.routes
+        routes = ("/reset_prefix_cache",) + tuple(r for r in listed.routes if r != "/reset_prefix_cache")
+        query = tuple((k, v) for k, v in reset_query(None, reset_external="reset_external" in listed.params,
+                                                      reset_running_requests=preempt) if k in listed.params)
+        if "reset_external" in listed.params:
+            newest = {e.tier: e for e in api_reset_effects(pod.layout, NEWEST_KNOWN, reset_external=True)}
+            changed = []
+            for e in effects:
+                best = newest[e.tier]
+                if e.tier.connector and not e.emptied_by_api_reset and best.emptied_by_api_reset:
+                    e = TierEffect(e.tier, True, "an unknown build (its /openapi.json lists reset_external): the "
+                                   "connector reset is sent, but what it does is not known; " + best.reason, None)
+                    unconfirmed += (e.tier,)
+                changed.append(e)
+            effects = tuple(changed)
+    steps = plan_pod_steps(effects, dev_mode_on=dev_mode_on(pod), fallback=fallback)
+    failure = probe.failure if probe is not None and probe.version is None else None
+    if probe is not None and probe.failure is not None and probe.failure.kind == "unknown-build":
+        failure = probe.failure
+    return PodPlan(pod, version_text, failure, effects, query, routes, steps, unconfirmed=unconfirmed,
+                   notes=tuple(notes))
 
 
 def promote(plans: list[PodPlan], owner_step: dict[tuple[str, Owner], str]) -> None:

@@ -5,21 +5,25 @@ line prints it."""
 from __future__ import annotations
 
 from ..imagever import version_mismatch
-from ..podapi import CallFailure, ReadAnswer, fetch_metrics, probe_version
+from ..podapi import ReadAnswer, fetch_metrics
 from ..pods import ApiPort, VllmPod
 from ..podstate import metrics_500_hint
 from ..pool import Cancel, NotRun, parallel
 from ..report import Column, ExitCode, Report
 from ..rollout import pod_dev_modes
 from ..vllm_api import EngineMetrics, MetricsParseError, parse_metrics
-from .planning import pod_not_running
+from .planning import dev_mode_on, pod_not_running
+from .probes import apply_probe, probe_pods
 from .scope import Scope
 
 
 def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None) -> Report:
     """The ``VllmPod`` report of the targeted pods: owner, role, container, ports, the version
-    read with ``GET /version`` (in parallel), dev mode, connectors, tiers. A pod whose version
-    could not be read earns exit code 1 (130 when the run was cancelled first)."""
+    read with ``GET /version``, dev mode, connectors, tiers. The version and, where dev mode may
+    be on, the live configuration (``/server_info``) are read once per owner and pod template
+    (:func:`kubectl_kvreset.job.probes.probe_pods`); the live connectors and tiers win over the
+    spec's, with a note. A pod whose version could not be read earns exit code 1 (130 when the
+    run was cancelled first)."""
     columns = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("OWNER", "owner"),
                Column("ROLE", "role"), Column("CONTAINER", "container"), Column("PORTS", "ports"),
                Column("FRONT", "front_ports", wide=True), Column("VERSION", "version"),
@@ -30,35 +34,36 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
         columns = columns[1:]
     report = Report("VllmPod", columns)
 
-    def probe(pod: VllmPod) -> str | CallFailure:
-        if not pod.ports:
-            return CallFailure("no-port", "no API port found")
-        down = pod_not_running(pod)
-        if down is not None:
-            return CallFailure("not-running", down.describe())
-        first = pod.ports[0]
-        return probe_version(ctx.caller, ctx.ref(pod), first.port, scheme=first.scheme)
-
-    versions = parallel(ctx.pods, probe, max_concurrency, cancel)
+    running = [p for p in ctx.pods if pod_not_running(p) is None]
+    answers = dict(zip((id(p) for p in running),
+                       probe_pods(ctx.caller, running, max_concurrency, cancel, dev_mode_on), strict=True))
     dev_modes = pod_dev_modes(ctx.kube, [pod.raw for pod in ctx.pods])
-    for pod, got, dev in zip(ctx.pods, versions, dev_modes, strict=True):
+    for spec_pod, dev in zip(ctx.pods, dev_modes, strict=True):
+        down = pod_not_running(spec_pod)
+        got = answers.get(id(spec_pod))
+        pod = apply_probe(spec_pod, got) if got is not None else spec_pod
         notes = list(pod.notes)
         code = ExitCode.OK
         version: str | None = None
         if isinstance(got, NotRun):
             notes.append("version not read: interrupted")
             code = ExitCode.INTERRUPTED
-        elif isinstance(got, CallFailure) and got.kind == "not-running":
-            notes.append(got.message)
+        elif down is not None or got is None:
+            notes.append(down.describe() if down is not None else "not probed")
             code = ExitCode.FAILED
-        elif isinstance(got, CallFailure):
-            notes.append(f"version unknown: {got.message}")
+        elif got.version is None and got.failure is not None:
+            notes.append(f"version unknown: {got.failure.message}")
             code = ExitCode.FAILED
         else:
-            version = got
+            version = got.version
+            if got.failure is not None:
+                notes.append(f"an unknown build ({got.failure.message}): the oldest behaviour is assumed"
+                             + ("; /openapi.json decides the reset routes" if got.routes is not None else ""))
             mismatch = version_mismatch(pod.image, version)
             if mismatch:
                 notes.append(mismatch)
+        if got is not None and not isinstance(got, NotRun) and got.live_failure is not None:
+            notes.append(f"live configuration not read: {got.live_failure}")
         report.add({
             "namespace": pod.namespace,
             "pod": pod.name,

@@ -32,8 +32,8 @@ def test_terminal_offers_the_fallback_and_asks_once(sim) -> None:
     old = {p["name"] for p in cluster.live_pods()}
     done = run_on_tty(cluster, ["clear", "-n", NS, "--all", "-o", "json", "--timeout", "60s"], "restart\ny\n")
     assert done.returncode == 0, done.stderr
-    assert "restart would empty them" in done.stderr and "Run these steps?" in done.stderr
-    assert done.stderr.count("Run these steps?") == 1
+    assert "restart would empty them" in done.stderr and "Run these steps on " in done.stderr
+    assert done.stderr.count("Run these steps on ") == 1
     cluster.wait_ready()
     assert not ({p["name"] for p in cluster.live_pods()} & old)
 
@@ -42,6 +42,14 @@ def test_terminal_decline_changes_nothing(sim) -> None:
     cluster = sim([fixture_file("02")], namespace=NS, dev_mode="on", vllm_version="0.26.0")
     done = run_on_tty(cluster, ["clear", "-n", NS, "--all"], "n\n")
     assert done.returncode == 1 and "nothing changed" in done.stderr
+    # the prompt names where the plan runs: the context, the cluster and the namespace
+    import re
+    asked = re.search(r'Run these steps on context "([^"]+)", cluster "([^"]+)" \(https://[^)]+\), namespace "([^"]+)"\?',
+                      done.stderr)
+    assert asked and asked.group(3) == NS and all(asked.groups()), done.stderr
+    verbose = cluster.run("detect", "-n", NS, "-v", "1")
+    assert f'using context "{asked.group(1)}", cluster "{asked.group(2)}"' in verbose.stderr
+    assert f'namespace "{NS}"' in verbose.stderr
     assert all(st["reset_calls"] == 0 for p in cluster.live_pods() for st in p["ports"].values())
 
 
@@ -50,6 +58,6 @@ def test_yes_on_a_terminal_runs_only_the_non_disruptive_plan(sim) -> None:
     old = {p["name"] for p in cluster.live_pods()}
     done = run_on_tty(cluster, ["clear", "-n", NS, "--all", "--yes"], "")
     assert done.returncode == 1  # the CPU tier is left: no --fallback
-    assert "Run these steps?" not in done.stderr
+    assert "Run these steps on " not in done.stderr
     assert {p["name"] for p in cluster.live_pods()} == old
     assert "--fallback=restart" in done.stdout

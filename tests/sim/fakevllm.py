@@ -268,7 +268,8 @@ class FakeVLLM:
             ``reset_delay_ms`` (int), ``metrics_status`` (int), ``metrics_fail_first`` (int: the
             first N scrapes answer 500, later ones 200), ``warm_blocks`` (int, default
             512), ``warm_cpu_blocks`` (int, default 4 x warm_blocks), ``token_delay_ms`` (int,
-            default 10: the pace of a streamed completion).
+            default 10: the pace of a streamed completion), ``behaves_as`` (str: the release whose
+            routes and answers a build serves while ``/version`` says ``version``, e.g. ``dev``),
             ``busy_engines`` (``{engine: N}``: the first N reset calls find that engine's blocks
             held; engine 0 follows ``busy``).
         engines: engines (DP ranks) behind this port; engine 0 is the one ``busy`` and the
@@ -305,7 +306,9 @@ class FakeVLLM:
         self.port = port
         self.engines = max(1, int(engines))
         self.version = version
-        self.v = parse_version(version)
+        # a build whose /version says nothing usable (``dev``, a fork) may still have a
+        # release's routes: ``behaves_as`` names that release
+        self.v = parse_version(str((overrides or {}).get("behaves_as") or version))
         self.dev_mode = dev_mode
         self.model = model
         self.served_model_name = served_model_name or model

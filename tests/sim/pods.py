@@ -37,6 +37,11 @@ Per-pod ``overrides`` (all optional; the scenario file passes them through):
 - ``warm_blocks`` (int, default 512): GPU prefix-cache blocks at start;
   ``warm_cpu_blocks`` (int, default 4 x warm_blocks): CPU offload blocks at start.
 - ``fs_files`` (int, default 4): block files each FS tier root gets at start.
+- ``behaves_as`` (str): the release whose routes and answers the servers have while ``/version``
+  says ``vllm_version`` (an unknown build: ``dev``, a fork's name).
+- ``live_kv_transfer_config`` (object): the ``kv_transfer_config`` the servers report in
+  ``/server_info?config_format=json`` instead of the one their command line gives (what a
+  ``--config`` file or an image default set, unseen in the spec).
 - ``cold`` (bool): start with empty caches (no GPU or CPU blocks, nothing written to FS tiers;
   the /dev/shm offload file is still created, as vLLM creates it at start). The simulator sets
   it for every pod that is not of its owner's first generation (replacements after a rollout,
@@ -291,6 +296,8 @@ class PodRuntime:
                     served_model_name=server.args.served_model_name, connectors=connectors,
                     overrides=self._cache_overrides(server.container), tls=server.args.tls, env=server.env,
                     engines=server.args.engines,
+                    kv_transfer_config=self.ctx.overrides.get("live_kv_transfer_config")
+                    or server.args.live_kv_transfer_config(server.env, self._version),
                 )
             if dev != "invalid":
                 self._warm_tiers(server, connectors)

@@ -269,6 +269,24 @@ class ServeArgs:
         """The server's connectors (see :func:`read_connectors`)."""
         return read_connectors(self.kv_transfer_config, self.kv_offloading_size, self.kv_offloading_backend, env, version)
 
+    def live_kv_transfer_config(self, env: dict[str, str] | None = None, version: str | None = None) -> dict[str, Any] | None:
+        """The ``kv_transfer_config`` the server runs with, as ``/server_info?config_format=json``
+        shows it: ``--kv-transfer-config`` as given, else what ``--kv-offloading-size`` makes of it
+        (``vllm/config/vllm.py::_post_init_kv_transfer_config``: ``native`` -> the CPU
+        OffloadingConnector with ``cpu_bytes_to_use``, or SimpleCPUOffloadConnector where
+        :func:`read_connectors` picks it; ``lmcache`` -> LMCacheConnectorV1 with a local CPU
+        backend; ``kv_role`` ``kv_both``), else None."""
+        if self.kv_transfer_config:
+            return self.kv_transfer_config
+        if self.kv_offloading_size is None:
+            return None
+        name = read_connectors(None, self.kv_offloading_size, self.kv_offloading_backend, env, version)[0].name
+        if name == "LMCacheConnectorV1":
+            extra: dict[str, Any] = {"lmcache.local_cpu": True, "lmcache.max_local_cpu_size": self.kv_offloading_size}
+        else:
+            extra = {"cpu_bytes_to_use": int(self.kv_offloading_size * 2**30)}
+        return {"kv_connector": name, "kv_role": "kv_both", "kv_connector_extra_config": extra}
+
 
 _PY = re.compile(r"^python(\d(\.\d+)?)?$")
 _SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
