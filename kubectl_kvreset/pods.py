@@ -14,11 +14,11 @@ of the dual-pod mode carry llm-d labels or vLLM images too (llm-d
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .servecmd import ServeCommandError, ServeConfig, parse_container
+from .servecmd import ConfigReader, ServeCommandError, ServeConfig, parse_container
 from .tiers import KVLayout, layout_from_serve
 
 #: Pod labels by which llm-d and its neighbours mark vLLM server pods, per era
@@ -280,13 +280,21 @@ def _sidecar_ports(sidecar: Mapping[str, Any]) -> dict[int, int]:
     return {back + i: front + i for i in range(max(n, 1))}
 
 
-def describe_pod(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None = None) -> VllmPod | None:
+#: Reads a container's ``--config`` file: ``(pod, container, path) -> (yaml_text, where)``
+#: (see :data:`kubectl_kvreset.servecmd.ConfigReader`).
+PodConfigReader = Callable[[Mapping[str, Any], Mapping[str, Any], str], "tuple[str, str]"]
+
+
+def describe_pod(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None = None,
+                 config_reader: PodConfigReader | None = None) -> VllmPod | None:
     """Describe one pod if it runs a vLLM API server, else None.
 
     The vLLM container is the first container (never assumed to be ``containers[0]``) whose
     command line :func:`~kubectl_kvreset.servecmd.parse_container` reads as ``vllm serve`` or
     the OpenAI API server module. A pod whose command cannot be parsed (bad JSON in a flag) is
     still described when it carries a serving label, with the error in ``notes``.
+    ``config_reader`` reads a ``--config FILE`` the container names (the port and tiers set
+    there then count); without one that file is not read.
     """
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -296,7 +304,10 @@ def describe_pod(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None =
     for container in spec.get("containers") or []:
         env = pod_env(pod, container)
         try:
-            cfg = parse_container(container, env)
+            reader: ConfigReader | None = None
+            if config_reader is not None:
+                reader = (lambda path, c=container: config_reader(pod, c, path))
+            cfg = parse_container(container, env, config_reader=reader)
         except ServeCommandError as exc:
             notes.append(f"container {container.get('name')}: {exc}")
             continue

@@ -311,6 +311,11 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
         else:
             state = owner_state or "not emptied"
         cells[tier.kind.value].append(state)
+    if pod.serve.config_error is not None:
+        # the port or tiers its --config file sets are not established: never "emptied"
+        failure_result = failure_result or "config unread"
+        messages.append(f"--config {pod.serve.config_file}: {pod.serve.config_error}; what it sets "
+                        "(port, kv-transfer-config) is not known, so this pod is not reported emptied")
     states = [st for v in cells.values() for st in v]
     all_done = all(st in ("emptied", "unconfirmed", "replaced") for st in states)
     if gone and failure_result is None:

@@ -15,7 +15,8 @@ from .scope import Scope
 def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None) -> Report:
     """The ``VllmPod`` report of the targeted pods: owner, role, container, ports, the version
     read with ``GET /version`` (in parallel), dev mode, connectors, tiers. A pod whose version
-    could not be read earns exit code 1 (130 when the run was cancelled first)."""
+    could not be read, or whose ``--config`` file could not be read, earns exit code 1 (130 when
+    the run was cancelled first)."""
     columns = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("OWNER", "owner"),
                Column("ROLE", "role"), Column("CONTAINER", "container"), Column("PORTS", "ports"),
                Column("FRONT", "front_ports", wide=True), Column("VERSION", "version"),
@@ -45,6 +46,8 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
             code = ExitCode.FAILED
         else:
             version = got
+        if pod.serve.config_error is not None and code is ExitCode.OK:
+            code = ExitCode.FAILED  # the port or the tiers set in its --config file are not known
         report.add({
             "namespace": pod.namespace,
             "pod": pod.name,
@@ -66,6 +69,9 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
             "phase": pod.phase,
             "matched_by": pod.matched_by,
             "argv": list(pod.serve.argv),
+            "config_file": pod.serve.config_file,
+            "config_source": pod.serve.config_source,
+            "config_error": pod.serve.config_error,
             "notes": notes,
         }, code)
     return report
