@@ -285,6 +285,17 @@ def _sidecar_ports(sidecar: Mapping[str, Any]) -> dict[int, int]:
 PodConfigReader = Callable[[Mapping[str, Any], Mapping[str, Any], str], "tuple[str, str]"]
 
 
+def _bind_reader(reader: PodConfigReader | None, pod: Mapping[str, Any],
+                 container: Mapping[str, Any]) -> ConfigReader | None:
+    """``reader`` for one container of ``pod`` (``path -> (text, where)``), or None."""
+    if reader is None:
+        return None
+
+    def read(path: str) -> tuple[str, str]:
+        return reader(pod, container, path)
+    return read
+
+
 def describe_pod(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None = None,
                  config_reader: PodConfigReader | None = None) -> VllmPod | None:
     """Describe one pod if it runs a vLLM API server, else None.
@@ -304,10 +315,7 @@ def describe_pod(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None =
     for container in spec.get("containers") or []:
         env = pod_env(pod, container)
         try:
-            reader: ConfigReader | None = None
-            if config_reader is not None:
-                reader = (lambda path, c=container: config_reader(pod, c, path))
-            cfg = parse_container(container, env, config_reader=reader)
+            cfg = parse_container(container, env, config_reader=_bind_reader(config_reader, pod, container))
         except ServeCommandError as exc:
             notes.append(f"container {container.get('name')}: {exc}")
             continue
