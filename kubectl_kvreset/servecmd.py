@@ -46,6 +46,7 @@ __all__ = [
     "expand_human_readable_json",
     "human_readable_int",
     "image_entrypoint",
+    "image_vllm_release",
     "kubernetes_expand",
     "parse_argv",
     "parse_container",
@@ -172,6 +173,22 @@ def image_entrypoint(
         if fnmatch.fnmatchcase(repo, pattern):
             return entry
     return None
+
+
+def image_vllm_release(image: str) -> tuple[int, int, int] | None:
+    """The vLLM release a ``vllm/vllm-openai[-*]:vX.Y.Z[-suffix]`` image tag names, else None.
+
+    Only vLLM's own images: llm-d images carry llm-d's version, not vLLM's (research notes,
+    vllm §5). Used before any call, where the running server cannot be asked yet (the
+    nested-mapping rule of ``--config`` files, :mod:`kubectl_kvreset.configfile`).
+    """
+    repo = _image_repository(image)
+    if not (repo == "vllm/vllm-openai" or fnmatch.fnmatchcase(repo, "vllm/vllm-openai-*")):
+        return None
+    ref = image.strip().split("@", 1)[0]
+    tag = ref[ref.rfind(":") + 1:] if ref.rfind(":") > ref.rfind("/") else ""
+    m = re.match(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+.].*)?$", tag)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -517,9 +534,10 @@ def _int_flag(parsed: _Parsed, name: str, notes: list[str]) -> tuple[int | None,
 
 
 def _splice_config(argv: list[str], entrypoint: str, first_arg: int, reader: ConfigReader,
-                   notes: list[str]) -> tuple[list[str], str]:
+                   notes: list[str], version: tuple[int, ...] | None) -> tuple[list[str], str]:
     """argv with ``--config FILE`` replaced by the file's flags, where vLLM puts them, and the
-    source read (vLLM 0.32.0 ``vllm/utils/argparse_utils.py``,
+    source read; ``version`` (the image's vLLM release, or None) picks the nested-mapping form
+    (vLLM 0.32.0 ``vllm/utils/argparse_utils.py``,
     ``FlexibleArgumentParser._pull_args_from_config``: after ``serve MODEL``, or first for the
     api_server module, so later command-line flags win).
 
@@ -535,7 +553,7 @@ def _splice_config(argv: list[str], entrypoint: str, first_arg: int, reader: Con
         raise ServeCommandError("--config: no file named")
     path = args[index + 1]
     text, where = reader(path)
-    extra, more_notes = config_args(text, path)
+    extra, more_notes = config_args(text, path, version=version)
     notes.extend(more_notes)
     rest = args[:index] + args[index + 2:]
     if entrypoint == "vllm serve" and rest and not rest[0].startswith("-"):
@@ -547,7 +565,8 @@ def _splice_config(argv: list[str], entrypoint: str, first_arg: int, reader: Con
 
 def _build_config(argv: list[str], entrypoint: str, first_arg: int, env: Mapping[str, str],
                   unresolved: list[str], notes: list[str],
-                  config_reader: ConfigReader | None = None) -> ServeConfig:
+                  config_reader: ConfigReader | None = None,
+                  config_version: tuple[int, ...] | None = None) -> ServeConfig:
     """Turn a vLLM invocation into a :class:`ServeConfig` (``--config FILE`` read through
     ``config_reader`` when given)."""
     config_source: str | None = None
@@ -560,7 +579,8 @@ def _build_config(argv: list[str], entrypoint: str, first_arg: int, env: Mapping
             config_error = "the file lives in the pod and was not read"
         else:
             try:
-                argv, config_source = _splice_config(argv, entrypoint, first_arg, config_reader, notes)
+                argv, config_source = _splice_config(argv, entrypoint, first_arg, config_reader, notes,
+                                                     config_version)
             except ConfigFileError as exc:
                 config_error = str(exc)
     parsed = _walk_flags(argv[first_arg:])
@@ -653,14 +673,16 @@ def _build_config(argv: list[str], entrypoint: str, first_arg: int, env: Mapping
 
 
 def parse_argv(argv: Sequence[str], env: Mapping[str, str],
-               config_reader: ConfigReader | None = None) -> ServeConfig | None:
+               config_reader: ConfigReader | None = None,
+               config_version: tuple[int, ...] | None = None) -> ServeConfig | None:
     """Parse a process argv (after Kubernetes expansion) that may start vLLM.
 
     ``argv`` may be the vLLM invocation itself (``vllm serve ...``, ``python3 -m ...``) or a
     wrapper: ``/bin/bash -c SCRIPT``, ``sh -c``, ``bash -lc``, ``env X=1 vllm ...``,
     ``exec ...``. ``env`` is the process environment (used for ``$VAR`` in scripts).
     ``config_reader`` reads a ``--config FILE`` (see :data:`ConfigReader`); without one such a
-    file is not read and ``config_error`` says so.
+    file is not read and ``config_error`` says so. ``config_version``: the vLLM release known
+    before any call (the image tag), for the file's nested-mapping rule.
 
     Returns:
         A :class:`ServeConfig`, or None when no vLLM API server is started.
@@ -685,7 +707,7 @@ def parse_argv(argv: Sequence[str], env: Mapping[str, str],
     entrypoint, first = entry
     try:
         return _build_config(list(words), entrypoint, first, cmd_env, shell.unresolved,
-                             shell.notes, config_reader)
+                             shell.notes, config_reader, config_version)
     except RecursionError as exc:
         raise ServeCommandError("vLLM arguments too deeply nested to read") from exc
 
@@ -723,7 +745,8 @@ def parse_container(
             return None
         command = list(entry)
         notes.append(f"no command: image entrypoint {' '.join(entry)!r} assumed")
-    cfg = parse_argv(command + args, env, config_reader)
+    cfg = parse_argv(command + args, env, config_reader,
+                     image_vllm_release(str(container.get("image", ""))))
     if cfg is None:
         return None
     merged_unresolved = tuple(dict.fromkeys([*unresolved, *cfg.unresolved_vars]))

@@ -150,3 +150,18 @@ def test_unreadable_file_leaves_the_port_unknown() -> None:
     kept = parse_container({"name": "vllm", "command": ["vllm", "serve", "m", "--config", "/c/c.yaml",
                                                         "--port", "7000"]}, {}, config_reader=refuse)
     assert kept.api_ports == (7000,) and kept.config_error is not None
+
+
+def test_image_tag_decides_the_nested_form_before_any_call() -> None:
+    from kubectl_kvreset.servecmd import image_vllm_release
+    assert image_vllm_release("vllm/vllm-openai:v0.14.0") == (0, 14, 0)
+    assert image_vllm_release("docker.io/vllm/vllm-openai:v0.32.0-cu130") == (0, 32, 0)
+    assert image_vllm_release("ghcr.io/llm-d/llm-d-cuda:v0.9.0") is None
+    assert image_vllm_release("vllm/vllm-openai:latest") is None
+    text = "port: 8123\nkv-transfer-config:\n  kv_connector: X\n  kv_role: kv_both\n"
+    container = {"name": "vllm", "command": ["vllm", "serve", "m", "--config", "/c/c.yaml"]}
+    new = parse_container({**container, "image": "vllm/vllm-openai:v0.32.0"}, {}, config_reader=reader_of(text))
+    assert new.kv_transfer_config == {"kv_connector": "X", "kv_role": "kv_both"}
+    from kubectl_kvreset.servecmd import ServeCommandError
+    with pytest.raises(ServeCommandError, match="invalid JSON"):  # vLLM <= 0.14 fails to start the same way
+        parse_container({**container, "image": "vllm/vllm-openai:v0.14.0"}, {}, config_reader=reader_of(text))
