@@ -80,7 +80,8 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
 def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None) -> Report:
     """The ``EngineMetrics`` report: one row per pod, port and engine of ``GET /metrics``
     (parsed by :func:`kubectl_kvreset.vllm_api.parse_metrics`); a port that could not be read
-    or parsed gets one row with the error and exit code 1."""
+    or parsed gets one row with the error and exit code 1, as does a pod whose port is set in a
+    ``--config`` file that could not be read."""
     cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORT", "port"),
             Column("ENGINE", "engine"), Column("USAGE", "usage"), Column("CPU", "cpu_offload_usage"),
             Column("PREFIX HITS", "prefix_hits"), Column("PREFIX QUERIES", "prefix_queries"),
@@ -90,6 +91,13 @@ def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = Non
     if ctx.namespace is not None:
         cols = cols[1:]
     report = Report("EngineMetrics", cols)
+    for pod in ctx.pods:
+        if not pod.ports and pod.serve.config_error is not None:
+            report.add({"namespace": pod.namespace, "pod": pod.name, "port": None, "role": pod.role,
+                        **dict.fromkeys(("engine", "model", "usage", "usage_metric", "cpu_offload_usage",
+                                         "prefix_hits", "prefix_queries", "external_hits", "external_queries")),
+                        "error": f"unavailable: --config {pod.serve.config_file}: {pod.serve.config_error}"},
+                       ExitCode.FAILED)
     units = [(pod, port) for pod in ctx.pods for port in pod.ports]
     scraped = parallel(units, lambda u: fetch_metrics(ctx.caller, ctx.ref(u[0]), u[1].port, scheme=u[1].scheme),
                        max_concurrency, cancel)

@@ -97,3 +97,8 @@ def test_unreadable_config_map_is_said_and_never_emptied(sim) -> None:
         assert cleared[cfg]["result"] == "config unread", cleared[cfg]
         assert "not reported emptied" in cleared[cfg]["message"]
         assert cleared[cli]["result"] == "emptied"
+
+    code, rows, err = as_bob("metrics")
+    assert code == 1, (rows, err)
+    plain = [r for r in rows if r["pod"].startswith("config-plain-")]
+    assert len(plain) == 1 and "no permission" in plain[0]["error"]
