@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .kube import Kube, KubeApiError
+from .configfile import ConfigFileError, decode_key, locate
+from .kube import Kube, KubeApiError, KubeConnectionError
 from .pods import (
     DEV_MODE_ENV,
     ROLE_LABELS,
@@ -36,11 +37,59 @@ from .pods import (
 )
 
 __all__ = [
-    "DEV_MODE_ENV", "ROLE_LABELS", "SERVING_LABELS", "ApiPort", "DevMode", "Owner", "TargetError", "Targets",
+    "ConfigFiles", "DEV_MODE_ENV", "ROLE_LABELS", "SERVING_LABELS", "ApiPort", "DevMode", "Owner", "TargetError", "Targets",
     "VllmPod", "deployment_from_replicaset_name", "describe_pod", "describe_pod_containers", "discover", "expand_k8s_refs", "matched_label",
     "missing_pair_roles", "parse_owner_ref", "pod_env", "pod_owner", "pod_role", "read_dev_mode",
     "replicaset_owners", "select",
 ]
+
+
+class ConfigFiles:
+    """Reads pods' ``--config`` files through the API: the ConfigMap or Secret key mounted at the
+    path (:func:`kubectl_kvreset.configfile.locate`), each object fetched once per run.
+
+    RBAC: ``get`` on ``configmaps`` / ``secrets`` in the pod's namespace. Use an instance as the
+    ``config_reader`` of :func:`~kubectl_kvreset.pods.describe_pod`.
+    """
+
+    def __init__(self, kube: Kube) -> None:
+        """``kube``: the API client the objects are read with."""
+        self._kube = kube
+        self._objects: dict[tuple[str, str, str], dict[str, Any] | ConfigFileError] = {}
+
+    def _get(self, namespace: str, kind: str, name: str) -> dict[str, Any]:
+        key = (namespace, kind, name)
+        if key not in self._objects:
+            plural = "configmaps" if kind == "ConfigMap" else "secrets"
+            try:
+                self._objects[key] = self._kube.get_object("v1", plural, namespace, name)
+            except KubeApiError as exc:
+                if exc.status == 403:
+                    why = (f"no permission to get {plural} in namespace {namespace} (the Role in "
+                           f"rbac/ grants get on {plural})")
+                elif exc.status == 404:
+                    why = f"{kind} {namespace}/{name} not found"
+                else:
+                    why = f"reading {kind} {namespace}/{name} failed: {exc}"
+                self._objects[key] = ConfigFileError(why)
+            except KubeConnectionError as exc:
+                self._objects[key] = ConfigFileError(f"reading {kind} {namespace}/{name} failed: {exc}")
+        got = self._objects[key]
+        if isinstance(got, ConfigFileError):
+            raise got
+        return got
+
+    def __call__(self, pod: Mapping[str, Any], container: Mapping[str, Any], path: str) -> tuple[str, str]:
+        """``(yaml_text, where)`` of ``path`` in ``container``.
+
+        Raises:
+            ConfigFileError: the file is not on a ConfigMap/Secret volume, the object or key is
+                missing, or reading it was refused (the message names the permission).
+        """
+        source = locate(pod, container, path)
+        namespace = str((pod.get("metadata") or {}).get("namespace", ""))
+        text = decode_key(self._get(namespace, source.kind, source.name), source)
+        return text, source.describe()
 
 
 def discover(kube: Kube, namespace: str | None, *, selector: str | None = None) -> list[VllmPod]:
@@ -50,8 +99,9 @@ def discover(kube: Kube, namespace: str | None, *, selector: str | None = None) 
     API requests: one pod list, plus one ReplicaSet list per namespace holding a ReplicaSet-owned
     vLLM pod whose labels do not name its Deployment (a ``pod-template-hash`` label that ends
     the ReplicaSet's name gives the Deployment, as the Deployment controller names them:
-    :func:`~kubectl_kvreset.pods.deployment_from_replicaset_name`). Pods that are being deleted
-    are left out.
+    :func:`~kubectl_kvreset.pods.deployment_from_replicaset_name`), plus one GET per ConfigMap or
+    Secret holding a ``--config`` file (:class:`ConfigFiles`). Pods that are being deleted are
+    left out.
 
     Raises:
         kubectl_kvreset.kube.KubeApiError: the list was refused (403) or failed.
@@ -59,10 +109,11 @@ def discover(kube: Kube, namespace: str | None, *, selector: str | None = None) 
     """
     pods = kube.list_items("v1", "pods", namespace, label_selector=selector)
     found: list[tuple[Mapping[str, Any], VllmPod]] = []
+    config_files = ConfigFiles(kube)
     for pod in pods:
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             continue
-        for described in describe_pod_containers(pod):  # one per vLLM container
+        for described in describe_pod_containers(pod, config_reader=config_files):  # one per vLLM container
             found.append((pod, described))
     named: dict[str, Owner] = {}
     for _, d in found:

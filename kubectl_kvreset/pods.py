@@ -14,11 +14,11 @@ of the dual-pod mode carry llm-d labels or vLLM images too (llm-d
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .servecmd import ServeCommandError, ServeConfig, parse_container
+from .servecmd import ConfigReader, ServeCommandError, ServeConfig, parse_container
 from .tiers import KVLayout, layout_from_serve
 
 #: Pod labels by which llm-d and its neighbours mark vLLM server pods, per era
@@ -280,28 +280,47 @@ def _sidecar_ports(sidecar: Mapping[str, Any]) -> dict[int, int]:
     return {back + i: front + i for i in range(max(n, 1))}
 
 
-def describe_pod(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None = None) -> VllmPod | None:
+#: Reads a container's ``--config`` file: ``(pod, container, path) -> (yaml_text, where)``
+#: (see :data:`kubectl_kvreset.servecmd.ConfigReader`).
+PodConfigReader = Callable[[Mapping[str, Any], Mapping[str, Any], str], "tuple[str, str]"]
+
+
+def _bind_reader(reader: PodConfigReader | None, pod: Mapping[str, Any],
+                 container: Mapping[str, Any]) -> ConfigReader | None:
+    """``reader`` for one container of ``pod`` (``path -> (text, where)``), or None."""
+    if reader is None:
+        return None
+
+    def read(path: str) -> tuple[str, str]:
+        return reader(pod, container, path)
+    return read
+
+
+def describe_pod(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None = None,
+                 config_reader: PodConfigReader | None = None) -> VllmPod | None:
     """Describe one pod if it runs a vLLM API server, else None: its first vLLM container
     (:func:`describe_pod_containers` gives every one)."""
-    found = describe_pod_containers(pod, rs_owners)
+    found = describe_pod_containers(pod, rs_owners, config_reader=config_reader)
     return found[0] if found else None
 
 
-def describe_pod_containers(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None = None) -> list[VllmPod]:
+def describe_pod_containers(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None = None,
+                            config_reader: PodConfigReader | None = None) -> list[VllmPod]:
     """One :class:`VllmPod` per vLLM server container of ``pod`` (spec order; empty when none).
 
     A vLLM container is one whose command line :func:`~kubectl_kvreset.servecmd.parse_container`
     reads as ``vllm serve`` or the OpenAI API server module (never assumed to be
     ``containers[0]``); a pod with two (two models side by side, a canary) gives two, each
     with its own ports and state. A container whose command cannot be parsed (bad JSON in a
-    flag) is noted in ``notes``.
+    flag) is noted in ``notes``. ``config_reader`` reads a ``--config FILE`` the container names
+    (the port and tiers set there then count); without one that file is not read.
     """
     notes: list[str] = []
     chosen: list[tuple[Mapping[str, Any], ServeConfig]] = []
     for container in (pod.get("spec") or {}).get("containers") or []:
         env = pod_env(pod, container)
         try:
-            cfg = parse_container(container, env)
+            cfg = parse_container(container, env, config_reader=_bind_reader(config_reader, pod, container))
         except ServeCommandError as exc:
             notes.append(f"container {container.get('name')}: {exc}")
             continue

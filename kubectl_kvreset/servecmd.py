@@ -25,12 +25,18 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .configfile import ConfigFileError, config_args
 from .shellscript import Shell, ShellScriptError
+
+#: Reads a ``--config`` path of the container: returns ``(yaml_text, where)`` (``where`` names
+#: the source for notes, e.g. ``ConfigMap vllm-config key config.yaml``); raises
+#: :class:`~kubectl_kvreset.configfile.ConfigFileError` when the file cannot be read.
+ConfigReader = Callable[[str], "tuple[str, str]"]
 
 __all__ = [
     "BOOLEAN_FLAGS",
@@ -40,6 +46,7 @@ __all__ = [
     "expand_human_readable_json",
     "human_readable_int",
     "image_entrypoint",
+    "image_vllm_release",
     "kubernetes_expand",
     "parse_argv",
     "parse_container",
@@ -75,7 +82,11 @@ class ServeConfig:
         kv_offloading_backend: ``--kv-offloading-backend``; ``"native"`` when only the size is
             given; None without a size.
         data_parallel_size_local: ``--data-parallel-size-local`` (``-dpl``), or None.
-        config_file: ``--config FILE``; the file lives in the pod and is not read here.
+        config_file: ``--config FILE`` (or ``--config=FILE``, which vLLM does not expand).
+        config_source: where the file's flags were read from (``ConfigMap NAME key K``), None
+            when it was not read.
+        config_error: why a ``--config`` file vLLM reads could not be read (its port and tiers
+            are then not established), else None.
         unresolved_vars: names of ``$VAR``/``$(VAR)`` references the environment could not
             resolve (kept literally in ``argv``).
         notes: human-readable remarks about what could not be known.
@@ -101,6 +112,8 @@ class ServeConfig:
     notes: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     engines_per_port: int = 1
+    config_source: str | None = None
+    config_error: str | None = None
 
 
 def engines_behind_port(dp_size: int | None, dp_local: int | None, *, external_lb: bool,
@@ -180,6 +193,22 @@ def image_entrypoint(
         if fnmatch.fnmatchcase(repo, pattern):
             return entry
     return None
+
+
+def image_vllm_release(image: str) -> tuple[int, int, int] | None:
+    """The vLLM release a ``vllm/vllm-openai[-*]:vX.Y.Z[-suffix]`` image tag names, else None.
+
+    Only vLLM's own images: llm-d images carry llm-d's version, not vLLM's (research notes,
+    vllm §5). Used before any call, where the running server cannot be asked yet (the
+    nested-mapping rule of ``--config`` files, :mod:`kubectl_kvreset.configfile`).
+    """
+    repo = _image_repository(image)
+    if not (repo == "vllm/vllm-openai" or fnmatch.fnmatchcase(repo, "vllm/vllm-openai-*")):
+        return None
+    ref = image.strip().split("@", 1)[0]
+    tag = ref[ref.rfind(":") + 1:] if ref.rfind(":") > ref.rfind("/") else ""
+    m = re.match(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+.].*)?$", tag)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -524,9 +553,56 @@ def _int_flag(parsed: _Parsed, name: str, notes: list[str]) -> tuple[int | None,
         raise ServeCommandError(f"--{name}: not an integer: {raw!r}") from None
 
 
+def _splice_config(argv: list[str], entrypoint: str, first_arg: int, reader: ConfigReader,
+                   notes: list[str], version: tuple[int, ...] | None) -> tuple[list[str], str]:
+    """argv with ``--config FILE`` replaced by the file's flags, where vLLM puts them, and the
+    source read; ``version`` (the image's vLLM release, or None) picks the nested-mapping form
+    (vLLM 0.32.0 ``vllm/utils/argparse_utils.py``,
+    ``FlexibleArgumentParser._pull_args_from_config``: after ``serve MODEL``, or first for the
+    api_server module, so later command-line flags win).
+
+    Raises:
+        ServeCommandError: ``--config`` twice or without a value (vLLM refuses both).
+        ConfigFileError: the file could not be read or is not a YAML mapping.
+    """
+    args = argv[first_arg:]
+    if args.count("--config") > 1:
+        raise ServeCommandError("--config: more than one config file given (vLLM refuses this)")
+    index = args.index("--config")
+    if index == len(args) - 1:
+        raise ServeCommandError("--config: no file named")
+    path = args[index + 1]
+    text, where = reader(path)
+    extra, more_notes = config_args(text, path, version=version)
+    notes.extend(more_notes)
+    rest = args[:index] + args[index + 2:]
+    if entrypoint == "vllm serve" and rest and not rest[0].startswith("-"):
+        spliced = [rest[0], *extra, *rest[1:]]
+    else:
+        spliced = [*extra, *rest]
+    return argv[:first_arg] + spliced, where
+
+
 def _build_config(argv: list[str], entrypoint: str, first_arg: int, env: Mapping[str, str],
-                  unresolved: list[str], notes: list[str]) -> ServeConfig:
-    """Turn a vLLM invocation into a :class:`ServeConfig`."""
+                  unresolved: list[str], notes: list[str],
+                  config_reader: ConfigReader | None = None,
+                  config_version: tuple[int, ...] | None = None) -> ServeConfig:
+    """Turn a vLLM invocation into a :class:`ServeConfig` (``--config FILE`` read through
+    ``config_reader`` when given)."""
+    config_source: str | None = None
+    config_error: str | None = None
+    config_path: str | None = None
+    if "--config" in argv[first_arg:]:
+        at = argv.index("--config", first_arg)
+        config_path = argv[at + 1] if at + 1 < len(argv) else None
+        if config_reader is None:
+            config_error = "the file lives in the pod and was not read"
+        else:
+            try:
+                argv, config_source = _splice_config(argv, entrypoint, first_arg, config_reader, notes,
+                                                     config_version)
+            except ConfigFileError as exc:
+                config_error = str(exc)
     parsed = _walk_flags(argv[first_arg:])
 
     model = _last(parsed, "model")
@@ -536,7 +612,7 @@ def _build_config(argv: list[str], entrypoint: str, first_arg: int, env: Mapping
     served = served_raw.split("\0")[0] if served_raw else None
 
     port, port_ok = _int_flag(parsed, "port", notes)
-    if port is None and port_ok:
+    if port is None and port_ok and config_error is None:
         port = 8000
     dpl, dpl_ok = _int_flag(parsed, "data-parallel-size-local", notes)
     if port is not None and not 0 < port < 65536:
@@ -594,11 +670,16 @@ def _build_config(argv: list[str], entrypoint: str, first_arg: int, env: Mapping
         backend = "native"
 
     config_file = _last(parsed, "config")
-    if config_file is not None:
-        notes.append(f"--config {config_file}: the file lives in the pod and was not read; "
-                     "flags set there are unknown")
-        if parsed.config_eq_form:
-            notes.append("--config=FILE is accepted but not expanded by vLLM (only '--config FILE')")
+    if config_path is not None:
+        config_file = config_path
+    if config_source is not None:
+        notes.append(f"--config {config_file}: flags read from {config_source}")
+    elif config_error is not None:
+        notes.append(f"--config {config_file}: {config_error}; the port and tiers set there are "
+                     "not known" + ("" if port is None else f" (port {port} is from the command line)"))
+    elif config_file is not None and parsed.config_eq_form:
+        notes.append(f"--config={config_file} is accepted but not expanded by vLLM (only "
+                     "'--config FILE' is, vllm/utils/argparse_utils.py): its flags do not apply")
 
     return ServeConfig(
         argv=tuple(argv),
@@ -616,15 +697,22 @@ def _build_config(argv: list[str], entrypoint: str, first_arg: int, env: Mapping
         notes=tuple(notes),
         env=MappingProxyType(dict(env)),
         engines_per_port=engines,
+        config_source=config_source,
+        config_error=config_error,
     )
 
 
-def parse_argv(argv: Sequence[str], env: Mapping[str, str]) -> ServeConfig | None:
+def parse_argv(argv: Sequence[str], env: Mapping[str, str],
+               config_reader: ConfigReader | None = None,
+               config_version: tuple[int, ...] | None = None) -> ServeConfig | None:
     """Parse a process argv (after Kubernetes expansion) that may start vLLM.
 
     ``argv`` may be the vLLM invocation itself (``vllm serve ...``, ``python3 -m ...``) or a
     wrapper: ``/bin/bash -c SCRIPT``, ``sh -c``, ``bash -lc``, ``env X=1 vllm ...``,
     ``exec ...``. ``env`` is the process environment (used for ``$VAR`` in scripts).
+    ``config_reader`` reads a ``--config FILE`` (see :data:`ConfigReader`); without one such a
+    file is not read and ``config_error`` says so. ``config_version``: the vLLM release known
+    before any call (the image tag), for the file's nested-mapping rule.
 
     Returns:
         A :class:`ServeConfig`, or None when no vLLM API server is started.
@@ -649,7 +737,7 @@ def parse_argv(argv: Sequence[str], env: Mapping[str, str]) -> ServeConfig | Non
     entrypoint, first = entry
     try:
         return _build_config(list(words), entrypoint, first, cmd_env, shell.unresolved,
-                             shell.notes)
+                             shell.notes, config_reader, config_version)
     except RecursionError as exc:
         raise ServeCommandError("vLLM arguments too deeply nested to read") from exc
 
@@ -658,6 +746,7 @@ def parse_container(
     container: Mapping[str, Any],
     env: Mapping[str, str],
     image_entrypoints: EntrypointTable = DEFAULT_ENTRYPOINTS,
+    config_reader: ConfigReader | None = None,
 ) -> ServeConfig | None:
     """Parse a pod-spec container into a :class:`ServeConfig`.
 
@@ -667,6 +756,7 @@ def parse_container(
         env: the container's resolved environment (name -> value), used for Kubernetes
             ``$(VAR)`` expansion of ``command``/``args`` and for ``$VAR`` in shell scripts.
         image_entrypoints: image -> entrypoint table for containers without ``command``.
+        config_reader: reads a ``--config FILE`` of this container (:data:`ConfigReader`).
 
     Returns:
         None when the container does not run a vLLM API server (or its image is unknown and it
@@ -685,7 +775,8 @@ def parse_container(
             return None
         command = list(entry)
         notes.append(f"no command: image entrypoint {' '.join(entry)!r} assumed")
-    cfg = parse_argv(command + args, env)
+    cfg = parse_argv(command + args, env, config_reader,
+                     image_vllm_release(str(container.get("image", ""))))
     if cfg is None:
         return None
     merged_unresolved = tuple(dict.fromkeys([*unresolved, *cfg.unresolved_vars]))
@@ -698,4 +789,5 @@ def parse_container(
         data_parallel_size_local=cfg.data_parallel_size_local, config_file=cfg.config_file,
         unresolved_vars=merged_unresolved, notes=tuple(notes) + cfg.notes, env=cfg.env,
         engines_per_port=cfg.engines_per_port,
+        config_source=cfg.config_source, config_error=cfg.config_error,
     )

@@ -337,7 +337,7 @@ def layout_from_serve(cfg: ServeConfig, env: Mapping[str, str] | None = None) ->
         kv_offloading_backend=cfg.kv_offloading_backend,
         env=merged,
     )
-    if cfg.config_file is not None:
+    if cfg.config_error is not None:
         extra_note = (f"--config {cfg.config_file} not read: a kv-transfer-config set there "
                       "is unknown")
         return KVLayout(connectors=layout.connectors, tiers=layout.tiers,

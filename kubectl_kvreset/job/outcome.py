@@ -100,7 +100,8 @@ class PortOutcome:
     ``tiers``: kind (``gpu``, ``cpu``, ``fs``, ``shared``) -> the states of that kind's tiers
     (several FS roots or stores give several states). ``result``: ``emptied``, ``unconfirmed``,
     ``replaced``, ``gone``, ``partial`` or the failure (``failed``, ``busy``, ``dev mode off``,
-    ``unreachable``, ``forbidden``, ``interrupted``...). ``code``: the exit code it earns.
+    ``unreachable``, ``forbidden``, ``interrupted``, ``config unread``: a ``--config`` file whose
+    port or tiers could not be read...). ``code``: the exit code it earns.
     Keyed by :attr:`key` (namespace, pod, container, port), so several vLLM containers per pod
     or several ports each get their own.
     """
@@ -378,6 +379,11 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
                                          else "the restart or dev-mode rollout did not run",
                                          f"check kubectl rollout status {pod.owner.ref()}, then run clear again"))
         cells[tier.kind.value].append(state)
+    if pod.serve.config_error is not None:
+        # the port or tiers its --config file sets are not established: never "emptied"
+        failure_result = "config unread" if failure_result in (None, "failed") else failure_result
+        messages.append(f"--config {pod.serve.config_file}: {pod.serve.config_error}; what it sets "
+                        "(port, kv-transfer-config) is not known, so this pod is not reported emptied")
     states = [st for v in cells.values() for st in v]
     all_done = all(st in ("emptied", "unconfirmed", "replaced") for st in states)
     if gone and failure_result is None:

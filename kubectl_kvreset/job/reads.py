@@ -22,8 +22,8 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
     read with ``GET /version``, dev mode, connectors, tiers. The version and, where dev mode may
     be on, the live configuration (``/server_info``) are read once per owner and pod template
     (:func:`kubectl_kvreset.job.probes.probe_pods`); the live connectors and tiers win over the
-    spec's, with a note. A pod whose version could not be read earns exit code 1 (130 when the
-    run was cancelled first)."""
+    spec's, with a note. A pod whose version could not be read, or whose ``--config`` file could
+    not be read, earns exit code 1 (130 when the run was cancelled first)."""
     columns = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("OWNER", "owner"),
                Column("ROLE", "role"), Column("CONTAINER", "container"), Column("PORTS", "ports"),
                Column("FRONT", "front_ports", wide=True), Column("VERSION", "version"),
@@ -64,6 +64,8 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
                 notes.append(mismatch)
         if got is not None and not isinstance(got, NotRun) and got.live_failure is not None:
             notes.append(f"live configuration not read: {got.live_failure}")
+        if pod.serve.config_error is not None and code is ExitCode.OK:
+            code = ExitCode.FAILED  # the port or the tiers set in its --config file are not known
         report.add({
             "namespace": pod.namespace,
             "pod": pod.name,
@@ -86,6 +88,9 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
             "phase": pod.phase,
             "matched_by": pod.matched_by,
             "argv": list(pod.serve.argv),
+            "config_file": pod.serve.config_file,
+            "config_source": pod.serve.config_source,
+            "config_error": pod.serve.config_error,
             "notes": notes,
         }, code)
     return report
@@ -94,7 +99,8 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
 def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None) -> Report:
     """The ``EngineMetrics`` report: one row per pod, port and engine of ``GET /metrics``
     (parsed by :func:`kubectl_kvreset.vllm_api.parse_metrics`); a port that could not be read
-    or parsed gets one row with the error and exit code 1."""
+    or parsed gets one row with the error and exit code 1, as does a pod whose port is set in a
+    ``--config`` file that could not be read."""
     cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORT", "port"),
             Column("ENGINE", "engine"), Column("USAGE", "usage"), Column("CPU", "cpu_offload_usage"),
             Column("PREFIX HITS", "prefix_hits"), Column("PREFIX QUERIES", "prefix_queries"),
@@ -104,6 +110,13 @@ def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = Non
     if ctx.namespace is not None:
         cols = cols[1:]
     report = Report("EngineMetrics", cols)
+    for pod in ctx.pods:
+        if not pod.ports and pod.serve.config_error is not None:
+            report.add({"namespace": pod.namespace, "pod": pod.name, "port": None, "role": pod.role,
+                        **dict.fromkeys(("engine", "model", "usage", "usage_metric", "cpu_offload_usage",
+                                         "prefix_hits", "prefix_queries", "external_hits", "external_queries")),
+                        "error": f"unavailable: --config {pod.serve.config_file}: {pod.serve.config_error}"},
+                       ExitCode.FAILED)
     units = [(pod, port) for pod in ctx.pods for port in pod.ports]
 
     def scrape(unit: tuple[VllmPod, ApiPort]) -> ReadAnswer:

@@ -1275,6 +1275,15 @@ class Cluster:
             elif "configMap" in v or "secret" in v:
                 d = self._pod_dir(rec) / "volumes" / name
                 self._project_keys(rec.namespace, v, d)
+            elif "projected" in v:
+                d = self._pod_dir(rec) / "volumes" / name
+                for source in (v["projected"] or {}).get("sources") or []:
+                    if "configMap" in source:
+                        self._project_keys(rec.namespace, {"configMap": source["configMap"]}, d)
+                    elif "secret" in source:
+                        sec = dict(source["secret"] or {})
+                        sec["secretName"] = sec.get("name", "")
+                        self._project_keys(rec.namespace, {"secret": sec}, d)
             else:
                 continue
             d.mkdir(parents=True, exist_ok=True)

@@ -58,6 +58,7 @@ import shlex
 import threading
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -72,9 +73,9 @@ from .serveargs import (
     container_argv,
     expand_k8s_vars,
     parse_sidecar_args,
-    parse_vllm_argv,
     vllm_args_of,
 )
+from .serveargs import parse_vllm_argv as _parse_vllm_argv
 from .sidecar import RoutingSidecar
 
 __all__ = ["ExecView", "PodContext", "PodRuntime"]
@@ -240,6 +241,8 @@ class PodRuntime:
                 self._env[name] = env
                 binds = volume_binds(c, ctx.volume_dirs)
                 serve = self._find_serve_args(c, name, env, binds)
+                if serve is not None and serve.config_error:
+                    self.notes.append(f"container {name}: --config {serve.config_file}: {serve.config_error}")
                 if serve is not None:
                     self._servers.append(_Server(name, serve, binds, env, image))
             except Exception as exc:  # noqa: BLE001
@@ -326,7 +329,18 @@ class PodRuntime:
         elif mode == "invalid":
             env[DEV_MODE_ENV] = "true"
 
+    def _pod_file_reader(self, binds: list[Bind]) -> Any:
+        """``path -> text`` of a file in the container, read from the pod's own volumes."""
+        def read(path: str) -> str:
+            host = container_host_path(path, binds, self.ctx.shm_dir)
+            if host is None:
+                raise OSError(f"{path}: not on a volume of the pod")
+            return host.read_text()
+        return read
+
     def _find_serve_args(self, c: dict[str, Any], name: str, env: dict[str, str], binds: list[Bind]) -> ServeArgs | None:
+        read_file = self._pod_file_reader(binds)
+        parse_vllm_argv = partial(_parse_vllm_argv, read_file=read_file)
         argv = container_argv(c, env)
         if argv is None:
             self.notes.append(f"container {name}: no command and unknown image entrypoint")

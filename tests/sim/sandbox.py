@@ -95,7 +95,8 @@ def volume_binds(container: dict[str, Any], volume_dirs: dict[str, Path]) -> lis
         if sub and ".." not in PurePosixPath(sub).parts:
             host = host / sub
         try:
-            host.mkdir(parents=True, exist_ok=True)
+            if not host.is_file():  # a subPath naming one key's file binds that file
+                host.mkdir(parents=True, exist_ok=True)
         except OSError:
             continue
         binds.append(Bind(host, str(PurePosixPath("/") / str(dest).lstrip("/")), bool(mount.get("readOnly"))))

@@ -18,6 +18,12 @@ Rules and their sources:
 - Sidecar: ``--port``/``-port`` (8000), ``--vllm-port`` (8200; legacy image 8001),
   ``--data-parallel-size`` N (listens port..port+N-1, forwards to vllm-port+i),
   ``--secure-proxy`` (default true = TLS) (research/llmd.md §2.4).
+- ``--config FILE`` (separate token only; ``--config=FILE`` is never expanded): the YAML file's
+  top-level keys become flags placed after ``serve MODEL`` (first for the api_server module), so
+  the command line wins; ``true`` -> ``--key``, ``false`` -> ``--no-key``, a list -> ``--key a b``,
+  a mapping -> ``--key <JSON>``, else ``--key str(value)`` (vLLM 0.32.0
+  ``vllm/utils/argparse_utils.py``, ``FlexibleArgumentParser._pull_args_from_config`` and
+  ``load_config_file``). The file is read from the pod's volume by the caller (``read_file``).
 - Kubernetes ``$(VAR)`` expansion of command/args (``$$`` escapes; an undefined variable stays as
   written), as ``k8s.io/kubernetes/third_party/forked/golang/expansion`` does.
 """
@@ -264,6 +270,8 @@ class ServeArgs:
     tls: bool = False
     extra: dict[str, str] = field(default_factory=dict)
     engines: int = 1
+    config_file: str | None = None
+    config_error: str | None = None
 
     def connectors(self, env: dict[str, str] | None = None, version: str | None = None) -> list[ConnectorInfo]:
         """The server's connectors (see :func:`read_connectors`)."""
@@ -323,9 +331,37 @@ def _norm(flag: str) -> str:
     return "--" + flag.lstrip("-").replace("_", "-")
 
 
-def parse_vllm_argv(argv: list[str]) -> ServeArgs | None:
+def _yaml_flags(text: str) -> list[str]:
+    """The flags a vLLM ``--config`` YAML file stands for (module docstring); raises ValueError."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"config file is not YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError("config file is not a mapping")
+    out: list[str] = []
+    for key, value in data.items():
+        if value is True:
+            out.append(f"--{key}")
+        elif value is False:
+            out.append(f"--no-{key}")
+        elif isinstance(value, list):
+            if value:
+                out += [f"--{key}", *map(str, value)]
+        elif isinstance(value, dict):
+            out += [f"--{key}", json.dumps(value)]
+        else:
+            out += [f"--{key}", str(value)]
+    return out
+
+
+def parse_vllm_argv(argv: list[str], read_file: Any = None) -> ServeArgs | None:
     """Read a vLLM server argv (see module docstring). None when argv is not a vLLM server.
 
+    ``read_file``: ``path -> text`` of a file in the pod (raising OSError when it is not there),
+    used for ``--config FILE``; without it the file is not read (``config_error`` says so).
     Never raises: a malformed ``--kv-transfer-config`` leaves ``kv_transfer_config`` None and sets
     ``kv_config_error``; a non-integer ``--port`` keeps the default.
     """
@@ -333,6 +369,25 @@ def parse_vllm_argv(argv: list[str]) -> ServeArgs | None:
     if split is None:
         return None
     args, positional_ok = split
+    config_file: str | None = None
+    config_error: str | None = None
+    if "--config" in args:
+        at = args.index("--config")
+        config_file = args[at + 1] if at + 1 < len(args) else None
+        rest = args[:at] + args[at + 2:]
+        try:
+            if config_file is None or read_file is None:
+                raise ValueError("config file not read")
+            if config_file.rsplit(".", 1)[-1] not in ("yaml", "yml"):
+                raise ValueError("config file must be .yaml or .yml")
+            extra = _yaml_flags(read_file(config_file))
+        except (OSError, ValueError) as exc:
+            config_error = str(exc)
+            extra = []
+        if positional_ok and rest and not rest[0].startswith("-"):
+            args = [rest[0], *extra, *rest[1:]]
+        else:
+            args = [*extra, *rest]
     values: dict[str, str] = {}
     flags: set[str] = set()
     dotted: list[tuple[str, str]] = []
@@ -427,6 +482,8 @@ def parse_vllm_argv(argv: list[str]) -> ServeArgs | None:
         kv_offloading_backend=values.get("--kv-offloading-backend"),
         tls=bool(values.get("--ssl-certfile")),
         extra={k: v for k, v in values.items() if k not in ("--kv-transfer-config",)},
+        config_file=config_file,
+        config_error=config_error,
     )
 
 

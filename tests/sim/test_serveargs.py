@@ -181,3 +181,32 @@ def test_sidecar_args() -> None:
     legacy = parse_sidecar_args(["-port", "9000"], "ghcr.io/llm-d/llm-d-routing-sidecar:v0.2.0")
     assert (legacy.port, legacy.vllm_port) == (9000, 8001)
     assert parse_sidecar_args(["--secure-proxy"]).secure is True
+
+
+def _reader(files: dict[str, str]):
+    def read(path: str) -> str:
+        if path not in files:
+            raise OSError(f"{path}: no such file")
+        return files[path]
+    return read
+
+
+def test_config_file_flags_go_after_the_model_and_the_command_line_wins() -> None:
+    files = {"/c/v.yaml": "port: 8123\nserved_model_name: tiny\nkv-transfer-config:\n"
+                          "  kv_connector: OffloadingConnector\n  kv_role: kv_both\n"}
+    got = parse_vllm_argv(["vllm", "serve", "m", "--config", "/c/v.yaml"], read_file=_reader(files))
+    assert got is not None and got.api_ports == (8123,) and got.model == "m" and got.served_model_name == "tiny"
+    assert got.kv_transfer_config == {"kv_connector": "OffloadingConnector", "kv_role": "kv_both"}
+    over = parse_vllm_argv(["python3", "-m", "vllm.entrypoints.openai.api_server", "--config", "/c/v.yaml",
+                            "--port", "9000"], read_file=_reader(files))
+    assert over is not None and over.api_ports == (9000,) and over.config_error is None
+
+
+def test_config_equals_form_and_a_missing_file() -> None:
+    eq = parse_vllm_argv(["vllm", "serve", "m", "--config=/c/v.yaml"], read_file=_reader({"/c/v.yaml": "port: 1"}))
+    assert eq is not None and eq.api_ports == (8000,) and eq.config_file is None
+    missing = parse_vllm_argv(["vllm", "serve", "m", "--config", "/c/v.yaml"], read_file=_reader({}))
+    assert missing is not None and missing.api_ports == (8000,) and "no such file" in (missing.config_error or "")
+    not_yaml = parse_vllm_argv(["vllm", "serve", "m", "--config", "/c/v.json"],
+                               read_file=_reader({"/c/v.json": "port: 1"}))
+    assert not_yaml is not None and "yaml" in (not_yaml.config_error or "")
