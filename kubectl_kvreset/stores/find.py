@@ -38,7 +38,7 @@ class FoundStore:
 
     Attributes:
         kind: the store kind.
-        address: the address as the first user's configuration names it.
+        address: the address as the first targeted user's configuration names it.
         resolution: where it leads in the cluster (see :class:`~.resolve.Resolution`).
         users: the pods using it, targeted or not, in discovery order.
         unlisted: namespaces that could not be listed: possible other users.
@@ -178,7 +178,8 @@ def find_stores(kube: Kube, universe: Sequence[VllmPod], targeted_uids: set[str]
             key = _identity(use, res)
             entry = groups.setdefault(key, (use, res, []))
             entry[2].append(StoreUser(pod, use, pod.uid in targeted_uids))
-    stores = [FoundStore(use.kind, use.address, res, tuple(users), tuple(index.unlisted),
+    stores = [FoundStore(use.kind, next(u.use.address for u in users if u.targeted), res, tuple(users),
+                         tuple(index.unlisted),
                          tuple(dict.fromkeys(n for u in users if u.targeted for n in u.use.notes)))
               for use, res, users in groups.values() if any(u.targeted for u in users)]
     return stores, notes
