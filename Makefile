@@ -37,7 +37,7 @@ $(ZIPAPP): $(BIN)/.ready requirements-zipapp.txt krew/zipapp_main.py krew/boot.p
 	mkdir -p $(STAGE)/site-packages $(dir $(ZIPAPP))
 	umask 022 && $(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile --no-deps \
 	    --no-warn-script-location --target $(STAGE)/site-packages -r requirements-zipapp.txt && \
-	    rm -rf $(STAGE)/site-packages/bin && \
+	    $(BIN)/python krew/build.py drop-scripts $(STAGE)/site-packages && \
 	    cp -R kubectl_kvreset $(STAGE)/site-packages/ && \
 	    find $(STAGE) -name __pycache__ -prune -exec rm -rf {} + && \
 	    $(BIN)/shiv --compile-pyc --reproducible --python '/usr/bin/env python3' \

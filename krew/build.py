@@ -7,6 +7,10 @@ Run by ``make build`` and ``make krew`` (``python krew/build.py COMMAND ...``):
   ``krew/boot.py``, stored as ``_kvreset_boot.py``, then shiv's bootstrap).
   shiv's own ``__main__.py`` imports its bootstrap first, so an old interpreter would extract and
   compile everything before any preamble could stop it (linkedin/shiv ``builder.py``).
+* ``drop-scripts SITE``: remove the console scripts ``pip install --target SITE`` wrote under
+  ``SITE/bin`` and their lines in each ``*.dist-info/RECORD``: each script's first line names the
+  interpreter that installed it (this checkout's venv), and RECORD carries its hash, so either
+  would make two checkouts build different bytes. Nothing in the zipapp runs them.
 * ``archive``: the krew release archive, a ``.tar.gz`` holding the zipapp (mode 0755),
   ``LICENSE`` and the completion script. krew sniffs archive types from content and a shebang
   zipapp sniffs as text, so it must be wrapped (krew ``internal/download/downloader.go``); the
@@ -106,6 +110,23 @@ def _tar_member(name: str, data: bytes, mode: int, mtime: int) -> tuple[tarfile.
     return info, io.BytesIO(data)
 
 
+def drop_scripts(site: Path) -> list[str]:
+    """Remove ``site/bin`` and every ``RECORD`` line of ``site/*.dist-info`` that names a file
+    outside ``site`` (pip writes console scripts as ``../../bin/NAME``). Returns the RECORD
+    lines removed, in order. ``site`` must be a ``pip install --target`` directory."""
+    import shutil
+
+    removed: list[str] = []
+    shutil.rmtree(site / "bin", ignore_errors=True)
+    for record in sorted(site.glob("*.dist-info/RECORD")):
+        lines = record.read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = [line for line in lines if not line.startswith("../")]
+        if len(kept) != len(lines):
+            removed.extend(line.rstrip("\n") for line in lines if line.startswith("../"))
+            record.write_text("".join(kept), encoding="utf-8")
+    return removed
+
+
 def build_archive(output: Path, members: Sequence[tuple[str, Path, int]], *, mtime: int | None = None) -> str:
     """Write a reproducible ``.tar.gz`` of ``members`` (``(name in archive, file, mode)``),
     sorted by name, owned by root (0:0), with every mtime and the gzip header's time set to
@@ -167,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     g.add_argument("dst", type=Path)
     g.add_argument("--main", type=Path, default=HERE / "zipapp_main.py")
     g.add_argument("--boot", type=Path, default=HERE / "boot.py", help="stored as _kvreset_boot.py")
+    d = sub.add_parser("drop-scripts", help="remove console scripts and their RECORD lines from a --target dir")
+    d.add_argument("site", type=Path)
     a = sub.add_parser("archive", help="build the krew .tar.gz")
     a.add_argument("--zipapp", type=Path, required=True)
     a.add_argument("--license", type=Path, required=True)
@@ -182,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cmd == "guard":
         replace_main(args.src, args.dst, args.main.read_bytes(), [("_kvreset_boot.py", args.boot.read_bytes())])
+    elif args.cmd == "drop-scripts":
+        drop_scripts(args.site)
     elif args.cmd == "archive":
         digest = build_archive(args.output, [
             ("kubectl-kvreset", args.zipapp, 0o755),

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import time
 import zipfile
@@ -71,12 +72,12 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def make(*args: str, timeout: float = 300, directory: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def make(*args: str, timeout: float = 300, directory: Path = ROOT, venv: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``make`` in the checkout ``directory`` (default: this one), never remaking the venv
-    (other tests share it; another checkout uses this one's)."""
+    (other tests share it; another checkout uses this one's, or ``venv``)."""
     if not shutil.which("make"):
         pytest.skip("make is not installed")
-    venv = ROOT / ".venv"
+    venv = venv or ROOT / ".venv"
     venv_ready = venv / "bin" / ".ready"
     extra = ["-o", str(venv_ready), f"VENV={venv}"] if venv_ready.exists() else []
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k != "MFLAGS"}
@@ -101,6 +102,21 @@ def clone(dest: Path) -> Path:
     return dest
 
 
+def venv_beside(venv: Path) -> Path:
+    """A venv at ``venv`` (another path, so another interpreter path in anything pip writes)
+    that sees this checkout's venv's packages through a ``.pth`` file, ready for ``make``."""
+    root_venv = ROOT / ".venv"
+    if not (root_venv / "bin" / ".ready").exists():
+        pytest.skip("this checkout's .venv is not ready: run 'make test'")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    theirs = next((root_venv / "lib").glob("python3*/site-packages"))
+    (venv / "lib" / version / "site-packages" / "checkout-venv.pth").write_text(f"{theirs}\n")
+    (venv / "bin" / "shiv").symlink_to(root_venv / "bin" / "shiv")
+    (venv / "bin" / ".ready").touch()
+    return venv
+
+
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, float]:
     """`make build` in this checkout and in a copy of it in another directory (another name,
@@ -108,10 +124,11 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, float]
     out = []
     seconds = 0.0
     other = clone(tmp_path_factory.mktemp("elsewhere") / "deeper" / "kvreset-second-clone")
-    for name, checkout in (("build-a", ROOT), ("build-b", other)):
+    other_venv = venv_beside(other / ".venv")
+    for name, checkout, venv in (("build-a", ROOT, None), ("build-b", other, other_venv)):
         dist = tmp_path_factory.mktemp(name)
         start = time.monotonic()
-        make("build", f"DIST={dist}", directory=checkout)
+        make("build", f"DIST={dist}", directory=checkout, venv=venv)
         seconds = time.monotonic() - start
         out.append(dist / "kubectl-kvreset")
     return out[0], out[1], seconds
@@ -150,6 +167,8 @@ def test_two_clones_build_byte_identical_zipapps(builds: tuple[Path, Path, float
         for name in names:
             data = z.read(name)
             assert str(ROOT).encode() not in data and b"/.venv/" not in data, name
+            if name.endswith(".dist-info/RECORD"):
+                assert b"../" not in data, f"{name} names a file outside the zipapp's site-packages"
     assert first.stat().st_mode & 0o111, "the zipapp must be executable"
     print(f"build: {seconds:.1f}s, {first.stat().st_size} bytes, sha256 {sha256(first)}")
 
