@@ -14,7 +14,7 @@ from ..stores.clear import StoreResult, run_call
 from ..stores.find import find_stores
 from .scope import Scope
 
-__all__ = ["StorePlan", "columns", "plan_store", "run_store", "store_row"]
+__all__ = ["ChainedReport", "StorePlan", "columns", "plan_store", "run_store", "store_row"]
 
 
 def columns(scope: str | None) -> list[Column]:
@@ -100,7 +100,18 @@ def plan_store(scope: Scope, *, shared: bool = False, extra_universe: Sequence[A
     """
     from ..discovery import discover
     from ..kube import KubeApiError
+    from ..stores.find import may_use_stores, pod_stores
 
+    cache: dict[Any, Any] = {}
+    named: list[str] = []
+    for pod in scope.pods:
+        if may_use_stores(pod):
+            uses, pod_notes = pod_stores(scope.kube, pod, cache)
+            named += [u.kind.value for u in uses]
+            if not uses:
+                named += [f"note: {pod.namespace}/{pod.name}: {n}" for n in pod_notes]
+    if not any(not n.startswith("note:") for n in named):
+        return StorePlan(scope, (), (*named, "The targeted pods use no shared store outside the pods."))
     universe = list(scope.universe)
     notes: list[str] = []
     try:
@@ -133,3 +144,21 @@ def run_store(plan: StorePlan, *, dry_run: bool = False, max_concurrency: int = 
             continue
         report.add(store_row(call, outcome), row_code(outcome))
     return report
+
+
+class ChainedReport(Report):
+    """Several reports as one (``clear``: the ``CacheReset`` rows, then the ``StoreClear``
+    rows): ``json``/``yaml`` print one list of every row, a table prints each part in turn;
+    the exit code combines every row's."""
+
+    def __init__(self, parts: Sequence[Report]) -> None:
+        """``parts``: the reports in order (at least one)."""
+        super().__init__(parts[0].kind, parts[0].columns, [r for p in parts for r in p.rows],
+                         [c for p in parts for c in p.codes])
+        self.parts = list(parts)
+
+    def render(self, fmt: str) -> str:
+        """As :meth:`Report.render`; tables of the parts that have rows, a blank line between."""
+        if fmt not in ("table", "wide"):
+            return super().render(fmt)
+        return "\n".join(p.render(fmt) for p in self.parts if p.rows)

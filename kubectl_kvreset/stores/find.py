@@ -16,10 +16,32 @@ from typing import Any
 
 from ..kube import Kube, KubeApiError
 from ..pods import VllmPod
-from .config import Address, FileSource, StoreKind, StoreUse, Unread, file_source, resolve_env, stores_of, wanted_files
+from .config import (
+    LMCACHE_CONNECTORS,
+    LMCACHE_MP_CONNECTOR,
+    MOONCAKE_STORE_CONNECTOR,
+    Address,
+    FileSource,
+    StoreKind,
+    StoreUse,
+    Unread,
+    file_source,
+    resolve_env,
+    stores_of,
+    wanted_files,
+)
 from .resolve import ClusterIndex, Resolution
 
-__all__ = ["FoundStore", "StoreUser", "cluster_index", "find_stores", "pod_stores"]
+__all__ = ["FoundStore", "StoreUser", "cluster_index", "find_stores", "may_use_stores", "pod_stores"]
+
+#: Connectors whose configuration can name a store outside the pod.
+STORE_CONNECTORS = frozenset({*LMCACHE_CONNECTORS, LMCACHE_MP_CONNECTOR, MOONCAKE_STORE_CONNECTOR})
+
+
+def may_use_stores(pod: VllmPod) -> bool:
+    """Whether the pod runs a connector that can use a shared store (LMCache in-process or MP,
+    MooncakeStoreConnector); only those pods' ConfigMaps and Secrets are read."""
+    return bool(STORE_CONNECTORS & set(pod.layout.connectors))
 
 
 @dataclass(frozen=True)
@@ -161,6 +183,9 @@ def find_stores(kube: Kube, universe: Sequence[VllmPod], targeted_uids: set[str]
     Returns:
         ``(stores, notes)``; notes say what configuration could not be read, per pod.
     """
+    universe = [p for p in universe if may_use_stores(p)]
+    if not any(p.uid in targeted_uids for p in universe):
+        return [], []
     if index is None:
         index = cluster_index(kube, [p.namespace for p in universe])
     cache: dict[tuple[str, str, str], Any] = {}

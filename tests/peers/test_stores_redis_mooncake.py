@@ -95,6 +95,8 @@ REDIS_MANIFEST = REDIS + "---\n".join([
     _vllm("b-one", "org/model-b", env=", {name: LMCACHE_CONFIG_FILE, value: /etc/lmcache/lmcache.yaml}",
           mounts="\n                volumeMounts: [{name: cfg, mountPath: /etc/lmcache}]",
           volumes="\n              volumes: [{name: cfg, configMap: {name: lmc-b}}]"),
+    _vllm("c-out", "org/model-c", env=", {name: LMCACHE_REMOTE_URL, value: 'redis://redis.example.com:6379'}"),
+    _vllm("d-lm", "org/model-d", env=", {name: LMCACHE_REMOTE_URL, value: 'lm://kv-redis:65432'}"),
     textwrap.dedent(f"""\
         apiVersion: v1
         kind: ConfigMap
@@ -188,6 +190,33 @@ def test_redis_config_file_in_a_configmap_and_dry_run(redis_sim: SimCluster) -> 
     assert (row["result"], row["before"], row["after"]) == ("planned", 8, 8)
     assert row["method"] == "SCAN MATCH 'org/model-b@*' + UNLINK"
     assert _count(redis_sim, "org/model-b") == 8 and _count(redis_sim, "org/model-a") == 8
+
+
+def test_clear_chains_the_store_step_in_one_list(redis_sim: SimCluster) -> None:
+    _seed(redis_sim)
+    code, rows, err = redis_sim.run_json("clear", "a-one", "a-two", "--yes")
+    # 1: LMCache's in-process CPU tier is left by the API reset (the CacheReset rows say so)
+    assert code == 1 and all(r["result"] == "partial" for r in rows[:2]), (rows, err)
+    kinds = [r["kind"] for r in rows]
+    assert kinds == ["CacheReset", "CacheReset", "StoreClear"], rows
+    assert rows[-1]["result"] == "emptied" and rows[-1]["before"] == 8
+    assert _count(redis_sim, "org/model-a") == 0 and _count(redis_sim, "org/model-b") == 8
+    # dry run of clear: the store call is listed with its count, nothing changes
+    _seed(redis_sim)
+    code, rows, err = redis_sim.run_json("clear", "a-one", "a-two", "--dry-run")
+    assert [r["kind"] for r in rows][-1] == "StoreClear" and rows[-1]["result"] == "planned", (rows, err)
+    assert _count(redis_sim, "org/model-a") == 8
+
+
+def test_outside_address_and_lm_server_say_what_would_clear_them(redis_sim: SimCluster) -> None:
+    code, rows, err = redis_sim.run_json("clear-store", "c-out", "d-lm", "--yes")
+    assert code == 1, (rows, err)
+    by = {r["store"]: r for r in rows}
+    out = by["redis"]
+    assert out["resolved"] == "outside the cluster" and out["result"] == "left"
+    assert "not a cluster Service name" in out["message"] and "--scan --pattern 'org/model-c@*'" in out["message"]
+    lm = by["lmcache-server"]
+    assert lm["result"] == "left" and "restart" in lm["message"], lm
 
 
 # --- Mooncake -------------------------------------------------------------------------------
