@@ -80,13 +80,27 @@ class StorePlan:
     scope: Scope
     calls: tuple[StoreCall, ...]
     notes: tuple[str, ...]
+    unknown: tuple[str, ...] = ()
 
     def report(self) -> Report:
         """The plan as ``StoreClear`` rows (``planned`` or ``left``)."""
         plan = Report("StoreClear", columns(self.scope.namespace))
         for call in self.calls:
             plan.add(store_row(call), ExitCode.FAILED if call.blocked else ExitCode.OK)
+        add_unknown(plan, self)
         return plan
+
+
+def add_unknown(report: Report, plan: StorePlan) -> None:
+    """One ``left`` row per targeted pod whose store configuration could not be read (a
+    ConfigMap or Secret not permitted or absent, a file on a volume the API cannot read): its
+    stores may be full, so the run fails."""
+    for text in plan.unknown:
+        pod, _, why = text.partition(": ")
+        report.add({"namespace": pod.split("/")[0], "store": "unknown", "address": None, "resolved": None,
+                    "scope": None, "model": None, "method": None, "targeted_pods": [pod], "other_pods": [],
+                    "before": None, "after": None, "unit": None, "via": None, "result": "left",
+                    "message": f"the stores this pod uses could not be read: {why}"}, ExitCode.FAILED)
 
 
 def plan_store(scope: Scope, *, shared: bool = False, extra_universe: Sequence[Any] = ()) -> StorePlan:
@@ -104,28 +118,30 @@ def plan_store(scope: Scope, *, shared: bool = False, extra_universe: Sequence[A
 
     cache: dict[Any, Any] = {}
     named: list[str] = []
+    unknown: list[str] = []
     for pod in scope.pods:
         if may_use_stores(pod):
             uses, pod_notes = pod_stores(scope.kube, pod, cache)
-            named += [u.kind.value for u in uses]
-            if not uses:
-                named += [f"note: {pod.namespace}/{pod.name}: {n}" for n in pod_notes]
-    if not any(not n.startswith("note:") for n in named):
-        return StorePlan(scope, (), (*named, "The targeted pods use no shared store outside the pods."))
+            named += [u.kind.value for u in uses if u.address is not None]
+            for use in uses:
+                if use.address is None:
+                    unknown.append(f"{pod.namespace}/{pod.name}: " + "; ".join([*use.notes, *pod_notes]))
+    if not named:
+        return StorePlan(scope, (), ("The targeted pods use no shared store outside the pods.",), tuple(unknown))
     universe = list(scope.universe)
     notes: list[str] = []
     try:
         seen = {p.uid for p in universe}
         universe += [p for p in discover(scope.kube, None) if p.uid not in seen]
     except KubeApiError as exc:
-        notes.append(f"note: cannot list vLLM pods of every namespace ({exc}); pods there may use the same stores")
+        why = "not permitted" if exc.status == 403 else str(exc)
+        notes.append(f"note: the vLLM pods of other namespaces cannot be listed ({why}); pods there may use "
+                     "the same stores")
     universe += list(extra_universe)
     stores, find_notes = find_stores(scope.kube, universe, {p.uid for p in scope.pods})
     notes.extend(f"note: {n}" for n in find_notes)
     calls = plan_calls(stores, shared=shared)
-    if not calls:
-        notes.append("The targeted pods use no shared store outside the pods.")
-    return StorePlan(scope, tuple(calls), tuple(notes))
+    return StorePlan(scope, tuple(calls), tuple(notes), tuple(unknown))
 
 
 def run_store(plan: StorePlan, *, dry_run: bool = False, max_concurrency: int = 8,
@@ -143,6 +159,7 @@ def run_store(plan: StorePlan, *, dry_run: bool = False, max_concurrency: int = 
             report.add(row, ExitCode.INTERRUPTED)
             continue
         report.add(store_row(call, outcome), row_code(outcome))
+    add_unknown(report, plan)
     return report
 
 

@@ -146,16 +146,22 @@ def cluster_index(kube: Kube, namespaces: Sequence[str]) -> ClusterIndex:
     slices: list[dict[str, Any]] = []
     pods: list[dict[str, Any]] = []
     unlisted = ["(other namespaces)"]
+    denied: list[str] = []
     for ns in dict.fromkeys(namespaces):
         try:
-            services += kube.list_items("v1", "services", ns)
-            slices += kube.list_items("discovery.k8s.io/v1", "endpointslices", ns)
-            pods += kube.list_items("v1", "pods", ns)
+            found = (kube.list_items("v1", "services", ns),
+                     kube.list_items("discovery.k8s.io/v1", "endpointslices", ns),
+                     kube.list_items("v1", "pods", ns))
         except KubeApiError as exc:
             if exc.status != 403:
                 raise
             unlisted.append(ns)
-    return ClusterIndex(services, slices, pods, unlisted)
+            denied.append(str(exc))
+            continue
+        services += found[0]
+        slices += found[1]
+        pods += found[2]
+    return ClusterIndex(services, slices, pods, unlisted, denied)
 
 
 def _identity(use: StoreUse, res: Resolution) -> tuple[Any, ...]:

@@ -124,12 +124,14 @@ class ClusterIndex:
         services, endpointslices, pods: the objects as the API returned them.
         unlisted: namespaces that could not be listed (Forbidden): an address there may be
             a Service the plugin cannot see.
+        denied: the API server's refusals (they name the missing permission).
     """
 
     services: Sequence[Mapping[str, Any]]
     endpointslices: Sequence[Mapping[str, Any]]
     pods: Sequence[Mapping[str, Any]]
     unlisted: Sequence[str] = ()
+    denied: Sequence[str] = ()
     _by_name: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -237,7 +239,8 @@ class ClusterIndex:
 
     def _outside(self, why: str, namespace: str | None = None) -> Resolution:
         if self.unlisted and (namespace is None or namespace in self.unlisted):
-            why += f" (namespaces not listable: {', '.join(sorted(self.unlisted))}; it may be there)"
+            why += f" (namespaces not listable: {', '.join(sorted(self.unlisted))}; it may be there"
+            why += f": {self.denied[0]})" if self.denied else ")"
         return Resolution("outside", message=why)
 
 
