@@ -360,7 +360,7 @@ def test_completion_helper_completes_commands_flags_and_owners(installed: Path, 
         lines = done.stdout.splitlines()
         return [line.split("\t")[0] for line in lines[:-1]], lines[-1]
 
-    assert complete("cl") == (["clear", "clear-fs"], ":4")
+    assert complete("cl") == (["clear", "clear-fs", "clear-store"], ":4")
     values, directive = complete("clear", "--tr")
     assert values == ["--transport"] and directive == ":4"
     assert complete("clear", "--transport", "") == (["auto", "proxy", "exec", "port-forward"], ":4")
