@@ -408,4 +408,4 @@ def test_completion_in_process_with_a_fake_cluster(capsys: pytest.CaptureFixture
     assert values("nosuchcommand", "") == []
     assert completion.format_cobra([completion.Candidate("x", "two\twords\nhere")], 4) == "x\ttwo words here\n:4\n"
     assert completion.main(["__completeNoDesc", "cle"]) == 0
-    assert capsys.readouterr().out == "clear\nclear-fs\n:4\n"
+    assert capsys.readouterr().out == "clear\nclear-fs\nclear-store\n:4\n"
