@@ -11,6 +11,7 @@ import pytest
 
 import tests.peers as peers
 from tests.e2e.test_rbac_role import NS, STORE_NEEDED, USER, full_rules, role_documents, set_rules
+from tests.peers.test_stores_redis_mooncake import wait_for_redis
 from tests.simctl import SimCluster, sandbox_available
 
 pytestmark = [pytest.mark.peers, pytest.mark.stores]
@@ -71,6 +72,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
     with SimCluster([m], namespace=NS, real_servers=["redis"],
                     scenario={"users": [{"name": USER}], "rbac": role_documents()}) as sim:
         sim.wait_ready(60)
+        wait_for_redis(sim, namespace=NS)
         yield sim
 
 

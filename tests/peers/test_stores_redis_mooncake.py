@@ -126,7 +126,27 @@ def redis_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
     m.write_text(REDIS_MANIFEST)
     with SimCluster([m], namespace=NS, real_servers=["redis"]) as sim:
         sim.wait_ready(60)
+        wait_for_redis(sim)
         yield sim
+
+
+def wait_for_redis(sim: SimCluster, timeout: float = 30.0, namespace: str = NS) -> None:
+    """Until the real Redis answers PING and its Service lists it as a ready endpoint."""
+    import redis
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            slices = sim.api(f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
+                             "?labelSelector=kubernetes.io%2Fservice-name%3Dkv-redis")["items"]
+            ready = any((e.get("conditions") or {}).get("ready") for sl in slices for e in sl.get("endpoints") or [])
+            if ready and redis.Redis(host=_pod(sim, "kv-redis")["pod_ip"], port=6379, socket_timeout=2).ping():
+                return
+        except (OSError, redis.RedisError, StopIteration):
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError("the real Redis did not come up")
+        time.sleep(0.2)
 
 
 def _redis(sim: SimCluster) -> Any:
