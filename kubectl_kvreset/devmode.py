@@ -39,6 +39,7 @@ __all__ = [
     "VllmContainer",
     "blocking",
     "dev_mode_patch",
+    "describe_replacements",
     "find_vllm_container",
     "managing_controllers",
     "owner_templates",
@@ -328,6 +329,48 @@ def dev_mode_patch(obj: Mapping[str, Any], *, enable: bool) -> list[dict[str, An
         name = (obj.get("metadata") or {}).get("name", "")
         raise ValueError(f"{kind}/{name} has no container that runs a vLLM API server in its pod template(s)")
     return ops
+
+
+def describe_replacements(obj: Mapping[str, Any], readings: Sequence[DevModeReading], *, enable: bool) -> list[str]:
+    """What :func:`dev_mode_patch` does to a value that does not come from a literal ``env``
+    entry, one sentence per template, for the plan and the prompt (shown before anything
+    changes): a ``valueFrom`` entry (ConfigMap or Secret key, field) replaced by the literal
+    ``"1"`` or removed, and an ``envFrom`` source that a literal overrides (``enable``) or that
+    keeps the variable set (not ``enable``: only ``env`` entries are removed). ``readings`` are
+    the templates' resolved values (:func:`read_template_dev_mode`, same order as
+    :func:`owner_templates`). Empty when every value is a literal or unset."""
+    out: list[str] = []
+    for ref, reading in zip(owner_templates(obj), readings, strict=False):
+        vc = find_vllm_container(ref.template)
+        if vc is None:
+            continue
+        env = list(vc.spec.get("env") or [])
+        where = f"{ref.label} container {vc.name}"
+        shown = f' (now "{reading.value}")' if reading.value is not None else (
+            f" ({reading.detail})" if reading.detail else "")
+        for i in _named(vc.spec):
+            vf = env[i].get("valueFrom")
+            if not isinstance(vf, Mapping):
+                continue
+            src = next((f"{key} {kind}/{(vf.get(key) or {}).get('name', '')} key {(vf.get(key) or {}).get('key', '')!r}"
+                        for key, kind in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")) if key in vf),
+                       "a field of the pod")
+            effective = reading.source is not None and reading.source != "env"
+            value = shown if effective else ""
+            if enable:
+                out.append(f"{where}: {DEV_MODE_ENV} is read from {src}{value}; --enable replaces that "
+                           f'entry with the literal "{ENABLED_VALUE}" (the source itself is not changed)')
+            else:
+                out.append(f"{where}: the {DEV_MODE_ENV} entry that reads {src}{value} is removed "
+                           "(the source itself is not changed)")
+        if reading.source and reading.source.startswith("envFrom"):
+            if enable:
+                out.append(f"{where}: {DEV_MODE_ENV} comes from {reading.source}{shown}; --enable adds the "
+                           f'literal "{ENABLED_VALUE}", which overrides it (the source itself is not changed)')
+            else:
+                out.append(f"{where}: {DEV_MODE_ENV} stays set through {reading.source}{shown}: --disable "
+                           "removes only env entries; edit that source")
+    return out
 
 
 #: Labels and annotations by which GitOps tools mark the objects they sync. Key prefix ->

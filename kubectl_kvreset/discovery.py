@@ -22,6 +22,7 @@ from .pods import (
     VllmPod,
     deployment_from_replicaset_name,
     describe_pod,
+    describe_pod_containers,
     expand_k8s_refs,
     matched_label,
     missing_pair_roles,
@@ -36,14 +37,15 @@ from .pods import (
 
 __all__ = [
     "DEV_MODE_ENV", "ROLE_LABELS", "SERVING_LABELS", "ApiPort", "DevMode", "Owner", "TargetError", "Targets",
-    "VllmPod", "deployment_from_replicaset_name", "describe_pod", "discover", "expand_k8s_refs", "matched_label",
+    "VllmPod", "deployment_from_replicaset_name", "describe_pod", "describe_pod_containers", "discover", "expand_k8s_refs", "matched_label",
     "missing_pair_roles", "parse_owner_ref", "pod_env", "pod_owner", "pod_role", "read_dev_mode",
     "replicaset_owners", "select",
 ]
 
 
 def discover(kube: Kube, namespace: str | None, *, selector: str | None = None) -> list[VllmPod]:
-    """List pods (one namespace, or all when ``namespace`` is None) and describe the vLLM ones.
+    """List pods (one namespace, or all when ``namespace`` is None) and describe the vLLM ones:
+    one :class:`VllmPod` per vLLM server container (a pod with two gives two, same name).
 
     API requests: one pod list, plus one ReplicaSet list per namespace holding ReplicaSet-owned
     vLLM pods (to name their Deployments). Pods that are being deleted are left out.
@@ -57,8 +59,7 @@ def discover(kube: Kube, namespace: str | None, *, selector: str | None = None) 
     for pod in pods:
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             continue
-        described = describe_pod(pod)
-        if described is not None:
+        for described in describe_pod_containers(pod):  # one per vLLM container
             found.append((pod, described))
     rs_namespaces = sorted({d.namespace for _, d in found if d.owner.kind == "ReplicaSet"})
     rs_owners_by_ns: dict[str, dict[str, Owner]] = {}
@@ -81,5 +82,5 @@ def discover(kube: Kube, namespace: str | None, *, selector: str | None = None) 
             else:
                 described = replace(described, owner=pod_owner(obj, rs_owners_by_ns.get(described.namespace)))
         result.append(described)
-    result.sort(key=lambda p: (p.namespace, p.owner.kind, p.owner.name, p.name))
+    result.sort(key=lambda p: (p.namespace, p.owner.kind, p.owner.name, p.name))  # stable: containers in spec order
     return result

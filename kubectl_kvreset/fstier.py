@@ -351,9 +351,13 @@ class FsVolumeTarget:
         pods: targeted pods whose tier this directory is.
         other_pods: pods outside the targets that mount the same storage over this directory.
         models: with ``model_only``: the ``<model>`` prefixes whose directories are deleted.
-        model_only: only ``<model>_<hash12>`` and ``..._r<N>`` children are deleted.
+        model_only: only ``<model>_<hash12>`` and ``..._r<N>`` children are deleted (asked with
+            ``--model-only``, or because ``other_pods`` mount the volume and ``whole_tier`` was
+            not given).
         refusal: why nothing will be deleted, or None.
         notes: other remarks for the row.
+        whole_tier: every entry is deleted although ``other_pods`` mount the volume
+            (``--whole-tier``).
     """
 
     key: str
@@ -370,6 +374,7 @@ class FsVolumeTarget:
     model_only: bool = False
     refusal: str | None = None
     notes: tuple[str, ...] = ()
+    whole_tier: bool = False
 
 
 @dataclass
@@ -388,6 +393,7 @@ def _overlaps(a: str, b: str) -> bool:
 
 
 def plan_fs_clear(pods: Sequence[VllmPod], universe: Sequence[VllmPod], *, model_only: bool = False,
+                  whole_tier: bool = False,
                   other_pod_objects: Sequence[Mapping[str, Any]] = ()) -> list[FsVolumeTarget]:
     """Plan the FS-tier deletion for the targeted ``pods``.
 
@@ -404,6 +410,10 @@ def plan_fs_clear(pods: Sequence[VllmPod], universe: Sequence[VllmPod], *, model
         universe: every vLLM pod in scope.
         model_only: delete only the served models' ``<model>_<hash12>[_r<N>]`` directories.
         other_pod_objects: extra pod objects (API dicts) to check for sharing.
+        whole_tier: on a volume that pods outside the targets also mount, delete every entry of
+            the root anyway. Without it such a volume's deletion keeps to the directories of the
+            models the targets serve (as ``model_only``), so other models' files are kept; a
+            volume only targets mount is emptied whole (unless ``model_only``).
 
     Returns:
         Accepted targets sorted by namespace and volume, then refused ones; never raises.
@@ -447,17 +457,19 @@ def plan_fs_clear(pods: Sequence[VllmPod], universe: Sequence[VllmPod], *, model
         sharing = sorted({name for ident, ns, path, name in others
                           if ident == group.identity and _overlaps(path, group.volume_path)})
         notes: list[str] = []
+        # a volume pods outside the targets mount: only the targets' models, unless --whole-tier
+        scoped = model_only or (bool(sharing) and not whole_tier)
         if not any(ready for ready, _ in group.choices):
             notes.append("no targeted pod mounting it is ready; exec may fail")
-        if model_only and not group.models:
-            notes.append("no model name known for these pods: nothing matches --model-only")
+        if scoped and not group.models:
+            notes.append("no model name known for these pods: no directory matches, nothing is deleted")
         targets.append(FsVolumeTarget(
             key=f"{'/'.join(group.identity)}:{group.volume_path}", namespace=group.namespace,
             volume=group.label, root=seen[0].root, volume_path=group.volume_path,
             exec_pod=seen[0].pod, container=seen[0].container, choices=tuple(seen),
             pods=tuple(sorted(group.pods)), other_pods=tuple(sharing),
-            models=tuple(group.models) if model_only else (), model_only=model_only,
-            notes=tuple(notes)))
+            models=tuple(group.models) if scoped else (), model_only=scoped,
+            notes=tuple(notes), whole_tier=whole_tier and bool(sharing)))
     targets.sort(key=lambda t: (t.namespace, t.volume or "", t.volume_path or ""))
     for (ns, _, why), (shown, label, names) in refused.items():
         targets.append(FsVolumeTarget(
@@ -697,7 +709,9 @@ class FsClearResult:
     Attributes:
         target: the plan.
         result: ``emptied`` (nothing selected is left), ``refused`` (the plan or the program in
-            the pod refused the root), ``failed`` (exec failed, timed out, or entries are left).
+            the pod refused the root), ``failed`` (exec failed, timed out, or entries are left),
+            ``unconfirmed`` (the exec stream ended without an exit status, :data:`NO_EXIT_STATUS`,
+            after the deletion reported nothing left).
         files_before, bytes_before, files_after, bytes_after: counts in the deletion's scope
             (every child of the root, or the model's directories with ``model_only``); bytes are
             the sizes of regular files; None when unknown.
@@ -747,6 +761,11 @@ def _last_json(data: bytes) -> dict[str, Any] | None:
     return None
 
 
+#: The reason given when an exec stream ends without the command's exit status (the runtime
+#: cut the stream, or sent no ``Status`` on channel 3): what the command did is then not known.
+NO_EXIT_STATUS = "the exec stream ended without an exit status"
+
+
 def _exec_failure(res: ExecResult, timeout_s: float) -> str:
     """A one-line reason for an exec that did not give a usable answer."""
     if res.timed_out:
@@ -754,7 +773,9 @@ def _exec_failure(res: ExecResult, timeout_s: float) -> str:
                 "deleted part; run again, or raise --timeout)")
     err = res.stderr.decode("utf-8", "replace").strip().splitlines()
     detail = err[-1] if err else (res.message or "no output")
-    return f"exec exited {res.exit_code if res.exit_code is not None else '?'}: {detail[:300]}"
+    if res.exit_code is None:
+        return f"{NO_EXIT_STATUS}: {detail[:300]}"
+    return f"exec exited {res.exit_code}: {detail[:300]}"
 
 
 def _counts(doc: Mapping[str, Any], key: str) -> tuple[int | None, int | None]:
@@ -793,7 +814,15 @@ def _run_python(kube: Kube, target: FsVolumeTarget, choice: ExecChoice, timeout_
         messages.append("other file systems mounted below the root were not entered: " + ", ".join(skipped[:5]))
     if errors:
         messages.append(f"{len(errors)} entries could not be deleted, e.g. {errors[0]}")
+    if fa == 0 and not errors and res.exit_code is None:
+        # the program's report says nothing is left, but the stream lost its end: not confirmed
+        messages.insert(0, f"{NO_EXIT_STATUS} after the deletion reported 0 files left: not confirmed "
+                           "(run clear-fs again to confirm)")
+        return replace(result, result="unconfirmed", message="; ".join(messages))
     emptied = fa == 0 and not errors and res.exit_code in (0, 1)
+    if not emptied and not messages:
+        messages.append(_exec_failure(res, timeout_s) if res.exit_code not in (0, 1)
+                        else f"{fa if fa is not None else 'an unknown number of'} files are left under {choice.root}")
     return replace(result, result="emptied" if emptied else "failed", message="; ".join(messages) or None)
 
 
@@ -864,8 +893,36 @@ def _run_find(kube: Kube, target: FsVolumeTarget, choice: ExecChoice, timeout_s:
     message = "python3 is not in the image: deleted with find -P -xdev"
     if deleted.exit_code != 0:
         message += "; " + _exec_failure(deleted, timeout_s)
+    if deleted.exit_code is None and fa == 0:
+        return replace(base, result="unconfirmed", files_before=fb, bytes_before=bb, files_after=fa,
+                       bytes_after=ba, message=message + ", though a count after it found 0 files: not confirmed")
     return replace(base, result="emptied" if ok else "failed", files_before=fb, bytes_before=bb,
                    files_after=fa, bytes_after=ba, message=message)
+
+
+def sharing_message(target: FsVolumeTarget, result: FsClearResult | None = None) -> str | None:
+    """What became of the files of pods outside the targets that mount ``target``'s volume
+    (None when none do): before the run (``result`` None) what will happen, after it what did.
+    Names the pods, the models whose directories are deleted and what was kept."""
+    if not target.other_pods or target.refusal is not None:
+        return None
+    whose = f"pods outside the targets ({', '.join(target.other_pods)})"
+    models = ", ".join(f"{m}_*" for m in target.models) or "no model"
+    if result is None:
+        if target.model_only:
+            return (f"{target.volume} is also mounted by {whose}: only the directories of {models} under "
+                    f"{target.root} are to be deleted; every other entry is kept (--whole-tier deletes them too)")
+        return (f"{target.volume} is also mounted by {whose}: every entry under {target.root} is to be deleted, "
+                "theirs included (--whole-tier)")
+    if result.result not in ("emptied", "unconfirmed", "failed"):
+        return f"{target.volume} is also mounted by {whose}: nothing was deleted"
+    if target.model_only:
+        kept = (f"{result.other_files} file(s) outside them were kept" if result.other_files is not None
+                else "every other entry was kept")
+        return (f"{target.volume} is also mounted by {whose}: only the directories of {models} under "
+                f"{target.root} were deleted; {kept} (--whole-tier deletes them too)")
+    return (f"{target.volume} is also mounted by {whose}: every entry under {target.root} was deleted, "
+            "theirs included (--whole-tier)")
 
 
 def run_fs_clear(kube: Kube, target: FsVolumeTarget, *, timeout_s: float = 120.0) -> FsClearResult:

@@ -859,8 +859,9 @@ class Kube:
             self.requests_made += 1
         started = time.monotonic()
         if _LOG.isEnabledFor(logging.DEBUG):
-            shown = {k: ("<redacted>" if k.lower() in ("authorization", "cookie") else v) for k, v in headers.items()}
-            _LOG.debug("request headers: %s", shown)
+            shown = ", ".join(f"{k}: {'<redacted>' if k.lower() in ('authorization', 'cookie') else v}"
+                              for k, v in headers.items())
+            _LOG.debug("request headers: %s", shown)  # as kubectl -v=8 prints them, not a Python repr
         try:
             r = pool.request(method, url, body=body, headers=headers, timeout=timeout, retries=False, preload_content=True)
         except urllib3.exceptions.NewConnectionError as exc:

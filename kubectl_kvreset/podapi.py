@@ -32,10 +32,14 @@ RESET_TIMEOUT_S = 30.0
 
 @dataclass(frozen=True)
 class ReadAnswer:
-    """The body ``text`` of a successful read, or the ``error`` that stopped it (one is None)."""
+    """The body ``text`` of a successful read, or the ``error`` that stopped it (one is None);
+    ``status`` is vLLM's last HTTP status (None when it never answered), ``calls`` the number
+    of requests made."""
 
     text: str | None
     error: str | None
+    status: int | None = None
+    calls: int = 1
 
 
 @dataclass(frozen=True)
@@ -195,7 +199,8 @@ def _read_exec_answer(result: ExecResult) -> HttpAnswer | CallFailure:
     try:
         doc = json.loads(result.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return CallFailure("exec-failed", f"exec printed no answer: {result.stdout[:120]!r}")
+        shown = result.stdout[:120].decode("utf-8", "replace").strip() or "nothing"
+        return CallFailure("exec-failed", f"exec printed no answer (stdout: {shown})")
     if "error" in doc:
         err = str(doc["error"])
         kind = "refused" if "refused" in err.lower() else "unreachable"
@@ -367,11 +372,35 @@ def reset(caller: PodCaller, ref: PodRef, port: int, route: str, query: Sequence
         return ResetResult(route, answer, None, calls, busy, clock() - start)
 
 
-def fetch_metrics(caller: PodCaller, ref: PodRef, port: int, *, scheme: str = "http") -> ReadAnswer:
-    """``GET /metrics`` once (bounded by ``METRICS_TIMEOUT_S``): the text, or why not."""
-    got = caller.call(ref, port, "GET", "/metrics", scheme=scheme, timeout_s=METRICS_TIMEOUT_S)
-    if isinstance(got, CallFailure):
-        return ReadAnswer(None, got.message)
-    if got.status != 200:
-        return ReadAnswer(None, f"GET /metrics answered {got.status}")
-    return ReadAnswer(got.text(), None)
+#: Failures of a read worth another try: the pod or the API server did not answer this time.
+_TRANSIENT = ("unreachable", "refused", "apiserver")
+
+
+def fetch_metrics(caller: PodCaller, ref: PodRef, port: int, *, scheme: str = "http",
+                  attempts: int = 3) -> ReadAnswer:
+    """``GET /metrics`` (each call bounded by ``METRICS_TIMEOUT_S``): the text, or why not.
+
+    A read is idempotent, so vLLM's 5xx answers and lost connections (the proxy's 502/503, a
+    refused connection, an API server that did not answer) are retried up to
+    ``attempts`` calls in all, 0.5 s then 1 s apart; any other answer is final. The error
+    says how many calls were made when more than one."""
+    last: HttpAnswer | CallFailure = CallFailure("unreachable", "not tried")
+    calls = 0
+    for attempt in range(max(attempts, 1)):
+        if attempt and caller.stop():
+            break
+        calls += 1
+        last = caller.call(ref, port, "GET", "/metrics", scheme=scheme, timeout_s=METRICS_TIMEOUT_S)
+        if isinstance(last, HttpAnswer):
+            if last.status == 200:
+                return ReadAnswer(last.text(), None, 200, calls)
+            if last.status < 500:
+                break
+        elif last.kind not in _TRANSIENT:
+            break
+        if attempt + 1 < attempts:
+            caller.sleep(0.5 * 2**attempt)
+    tries = f" ({calls} tries)" if calls > 1 else ""
+    if isinstance(last, CallFailure):
+        return ReadAnswer(None, last.message + tries, None, calls)
+    return ReadAnswer(None, f"GET /metrics answered {last.status}{tries}", last.status, calls)

@@ -281,19 +281,24 @@ def _sidecar_ports(sidecar: Mapping[str, Any]) -> dict[int, int]:
 
 
 def describe_pod(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None = None) -> VllmPod | None:
-    """Describe one pod if it runs a vLLM API server, else None.
+    """Describe one pod if it runs a vLLM API server, else None: its first vLLM container
+    (:func:`describe_pod_containers` gives every one)."""
+    found = describe_pod_containers(pod, rs_owners)
+    return found[0] if found else None
 
-    The vLLM container is the first container (never assumed to be ``containers[0]``) whose
-    command line :func:`~kubectl_kvreset.servecmd.parse_container` reads as ``vllm serve`` or
-    the OpenAI API server module. A pod whose command cannot be parsed (bad JSON in a flag) is
-    still described when it carries a serving label, with the error in ``notes``.
+
+def describe_pod_containers(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None = None) -> list[VllmPod]:
+    """One :class:`VllmPod` per vLLM server container of ``pod`` (spec order; empty when none).
+
+    A vLLM container is one whose command line :func:`~kubectl_kvreset.servecmd.parse_container`
+    reads as ``vllm serve`` or the OpenAI API server module (never assumed to be
+    ``containers[0]``); a pod with two (two models side by side, a canary) gives two, each
+    with its own ports and state. A container whose command cannot be parsed (bad JSON in a
+    flag) is noted in ``notes``.
     """
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    labels: Mapping[str, str] = meta.get("labels") or {}
     notes: list[str] = []
-    chosen: tuple[Mapping[str, Any], ServeConfig] | None = None
-    for container in spec.get("containers") or []:
+    chosen: list[tuple[Mapping[str, Any], ServeConfig]] = []
+    for container in (pod.get("spec") or {}).get("containers") or []:
         env = pod_env(pod, container)
         try:
             cfg = parse_container(container, env)
@@ -301,11 +306,20 @@ def describe_pod(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None =
             notes.append(f"container {container.get('name')}: {exc}")
             continue
         if cfg is not None:
-            chosen = (container, cfg)
-            break
-    if chosen is None:
-        return None
-    container, cfg = chosen
+            chosen.append((container, cfg))
+    others = [str(c.get("name", "")) for c, _ in chosen]
+    return [_describe_container(pod, container, cfg, rs_owners, notes + (
+        [f"the pod runs {len(chosen)} vLLM containers ({', '.join(others)}): a row each"] if len(chosen) > 1 else []))
+        for container, cfg in chosen]
+
+
+def _describe_container(pod: Mapping[str, Any], container: Mapping[str, Any], cfg: ServeConfig,
+                        rs_owners: Mapping[str, Owner] | None, notes: list[str]) -> VllmPod:
+    """The :class:`VllmPod` of one vLLM container of ``pod``."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    notes = list(notes)
     env = pod_env(pod, container)
     layout = layout_from_serve(cfg, env)
     sidecar = _sidecar(spec)

@@ -52,6 +52,7 @@ from .devmode import (
     DevModeReading,
     Manager,
     blocking,
+    describe_replacements,
     dev_mode_patch,
     managing_controllers,
     owner_templates,
@@ -74,6 +75,8 @@ __all__ = [
     "lws_restart_patch",
     "lws_rollout_state",
     "pod_problems",
+    "dev_mode_changes",
+    "pod_dev_modes",
     "read_dev_mode",
     "restart_owner",
     "restart_owners",
@@ -757,6 +760,48 @@ def read_dev_mode(kube: Kube, namespace: str, owner: Owner, role: str | None = N
     return DevModeResult(namespace, owner, role, "status", "read", readings, managers, message)
 
 
+def dev_mode_changes(kube: Kube, namespace: str, owner: Owner, *, enable: bool) -> list[str]:
+    """The sentences of :func:`kubectl_kvreset.devmode.describe_replacements` for an owner
+    (Deployment or LeaderWorkerSet) as it is now: which ``valueFrom`` entry ``devmode``
+    replaces or removes and which ``envFrom`` value a literal overrides. Shown in the plan and
+    the prompt before the patch; empty for other kinds or when the owner cannot be read (the
+    patch then reports that failure itself)."""
+    if owner.kind not in _RESOURCES:
+        return []
+    try:
+        obj = _get(kube, namespace, owner)
+        return describe_replacements(obj, _readings(kube, namespace, obj), enable=enable)
+    except KubeError:
+        return []
+
+
+def pod_dev_modes(kube: Kube, pods: Sequence[Mapping[str, Any]]) -> list[DevModeReading]:
+    """``VLLM_SERVER_DEV_MODE`` of each pod's vLLM container (the pods as the API returned
+    them), resolved exactly as :func:`read_dev_mode` resolves an owner's templates: literal
+    ``env``, ``valueFrom`` ConfigMap/Secret keys and ``envFrom`` sources (read once per
+    namespace and name), so ``detect`` and ``devmode`` report the same value for the same pod.
+    A source that cannot be read gives a reading whose ``detail`` says why; never raises."""
+    lookups: dict[str, Callable[[str, str], Mapping[str, str] | None]] = {}
+    out: list[DevModeReading] = []
+    for pod in pods:
+        ns = str((pod.get("metadata") or {}).get("namespace", ""))
+        if ns not in lookups:
+            lookups[ns] = source_lookup(kube, ns)
+        lookup = lookups[ns]
+
+        def safe(kind: str, name: str, lookup: Callable[[str, str], Mapping[str, str] | None] = lookup
+                 ) -> Mapping[str, str] | None:
+            try:
+                return lookup(kind, name)
+            except KubeError as exc:
+                raise PermissionError(str(exc)) from exc
+
+        tmpl = {"kind": "Deployment", "spec": {"template": {"metadata": pod.get("metadata") or {},
+                                                            "spec": pod.get("spec") or {}}}}
+        out.append(read_template_dev_mode(owner_templates(tmpl)[0], safe))
+    return out
+
+
 def set_dev_mode(kube: Kube, namespace: str, owner: Owner, *, enable: bool, ignore_owner: bool = False,
                  timeout_s: float, progress: Callable[[str], None] | None = None,
                  role: str | None = None) -> DevModeResult:
@@ -790,6 +835,7 @@ def set_dev_mode(kube: Kube, namespace: str, owner: Owner, *, enable: bool, igno
         paused = _paused(obj, owner)
         if paused:
             raise _Refused(paused.replace("can't restart", "won't patch"))
+        replaced = describe_replacements(obj, _readings(kube, namespace, obj), enable=enable)
         old = _pod_uids(kube, namespace, obj)
 
         def build(cur: Mapping[str, Any]) -> tuple[Any, str] | None:
@@ -820,6 +866,8 @@ def set_dev_mode(kube: Kube, namespace: str, owner: Owner, *, enable: bool, igno
         still = [r for r in readings if r.enabled]
         if still:
             message += f"; still on through {', '.join(sorted({str(r.source) for r in still}))}: edit that source"
+    if replaced:
+        message = "; ".join(replaced) + ". " + message
     return DevModeResult(namespace, owner, role, action, "enabled" if enable else "disabled", readings, managers,
                          message, seconds)
 

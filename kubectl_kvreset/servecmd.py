@@ -81,6 +81,9 @@ class ServeConfig:
         notes: human-readable remarks about what could not be known.
         env: the environment vLLM would see: the container env plus what the script exported or
             set for the command (e.g. ``export VLLM_USE_SIMPLE_KV_OFFLOAD=1``).
+        engines_per_port: how many engines (DP ranks) answer behind each API port, from
+            :func:`engines_behind_port`; 1 without data parallelism or with one API server per
+            rank.
     """
 
     argv: tuple[str, ...]
@@ -97,6 +100,23 @@ class ServeConfig:
     unresolved_vars: tuple[str, ...]
     notes: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    engines_per_port: int = 1
+
+
+def engines_behind_port(dp_size: int | None, dp_local: int | None, *, external_lb: bool,
+                        hybrid_lb: bool) -> int:
+    """The number of engines one API server port fronts (vLLM's DP load-balancing modes,
+    ``vllm/v1/engine/core_client.py::EngineCoreClient.make_async_mp_client``: external LB
+    (``--data-parallel-external-lb``, ``--data-parallel-multi-port-external-lb``) gives a
+    client per DP rank, so one engine per API server; internal LB (the default with
+    ``--data-parallel-size`` N) gives ``DPLBAsyncMPClient``, one API server balancing over
+    every rank, N; hybrid LB (``--data-parallel-hybrid-lb``) balances over the node's local
+    ranks, ``--data-parallel-size-local``)."""
+    if external_lb:
+        return 1
+    if hybrid_lb:
+        return max(dp_local or dp_size or 1, 1)
+    return max(dp_size or dp_local or 1, 1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -539,6 +559,15 @@ def _build_config(argv: list[str], entrypoint: str, first_arg: int, env: Mapping
         ports = (port,) if port is not None else ()
 
     scheme = "https" if ("ssl-certfile" in parsed.flags or "ssl-keyfile" in parsed.flags) else "http"
+    try:
+        dp_size, _ = _int_flag(parsed, "data-parallel-size", [])
+    except ServeCommandError:
+        dp_size = None  # vLLM itself refuses it; the engine count stays unknown (1)
+    engines = engines_behind_port(
+        dp_size if dp_size is None or 0 < dp_size <= 4096 else None, dpl,
+        external_lb=("data-parallel-multi-port-external-lb" in parsed.flags
+                     or "data-parallel-external-lb" in parsed.flags),
+        hybrid_lb="data-parallel-hybrid-lb" in parsed.flags)
 
     ktc: dict[str, Any] | None = None
     full = _last(parsed, "kv-transfer-config")
@@ -586,6 +615,7 @@ def _build_config(argv: list[str], entrypoint: str, first_arg: int, env: Mapping
         unresolved_vars=tuple(unresolved),
         notes=tuple(notes),
         env=MappingProxyType(dict(env)),
+        engines_per_port=engines,
     )
 
 
@@ -667,4 +697,5 @@ def parse_container(
         kv_offloading_backend=cfg.kv_offloading_backend,
         data_parallel_size_local=cfg.data_parallel_size_local, config_file=cfg.config_file,
         unresolved_vars=merged_unresolved, notes=tuple(notes) + cfg.notes, env=cfg.env,
+        engines_per_port=cfg.engines_per_port,
     )

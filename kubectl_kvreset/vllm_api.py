@@ -27,6 +27,21 @@ RESET_RUNNING_SINCE = Version("0.12.0")
 RESET_MM_SINCE = Version("0.11.1")
 #: ``POST /reset_encoder_cache`` (present from 0.16.0 among checked releases).
 RESET_ENCODER_SINCE = Version("0.16.0")
+#: First release whose reset answer is the AND over every data-parallel engine behind the port:
+#: 0.32.0's ``vllm/v1/engine/core_client.py::AsyncMPClient.reset_prefix_cache_async`` returns
+#: ``all(await self.call_utility_all_async(...))`` and ``DPLBAsyncMPClient`` does not override it
+#: (read in the installed 0.32.0 sources; research on vLLM §3 item 5 saw the same in 0.33.0).
+#: Up to 0.28.0 the call went through ``call_utility_async``, which under internal DP load
+#: balancing answers engine 0's result only (research §3 item 5). 0.29-0.31 were not read
+#: (research §7 lists the aggregation there as open), so they count as engine 0 only.
+RESET_ALL_ENGINES_SINCE = Version("0.32.0")
+
+
+def reset_answers_for_every_engine(version: Version | None) -> bool:
+    """True when this version's reset answer speaks for every DP engine behind the API port
+    (:data:`RESET_ALL_ENGINES_SINCE`); False for older or unknown versions, whose answer is
+    engine 0's alone, so the other engines' reset is not confirmed."""
+    return version is not None and version >= RESET_ALL_ENGINES_SINCE
 
 
 class ResetOutcome(str, Enum):

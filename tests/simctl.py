@@ -103,13 +103,15 @@ class SimCluster:
             self.stop()
             raise RuntimeError(f"simulator did not start: {box!r}\n{log}")
 
-    def api(self, path: str, method: str = "GET", body: Any = None, token: str | None = None) -> Any:
-        """Call the simulator's API with the admin token; returns decoded JSON."""
+    def api(self, path: str, method: str = "GET", body: Any = None, token: str | None = None,
+            content_type: str = "application/json") -> Any:
+        """Call the simulator's API with the admin token; returns decoded JSON. A PATCH
+        names its kind with ``content_type`` (``application/merge-patch+json``)."""
         ctx = ssl.create_default_context(cafile=str(self.ca))
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.server + path, data=data, method=method,
                                      headers={"Authorization": f"Bearer {token or self.admin_token}",
-                                              "Content-Type": "application/json"})
+                                              "Content-Type": content_type})
         with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
             return json.loads(resp.read() or b"null")
 
@@ -122,11 +124,12 @@ class SimCluster:
         return [p for p in self.state()["pods"] if not p.get("deleted")]
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        """Wait until every live pod that is not crash-looping is ready."""
+        """Wait until every live pod that is not crash-looping, unschedulable or held in
+        ContainerCreating (a scenario's) is ready."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             pods = self.live_pods()
-            if pods and all(p.get("ready") or p.get("crashed") for p in pods):
+            if pods and all(p.get("ready") or p.get("crashed") or p.get("held") for p in pods):
                 return
             time.sleep(0.1)
         raise TimeoutError("pods did not become ready")
@@ -140,8 +143,12 @@ class SimCluster:
 
     def run(self, *args: str, timeout: float = 120.0, input: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run the built CLI with ``args`` against this cluster; stdin is not a terminal."""
-        return subprocess.run([str(zipapp_path()), *args], env=self.env(), capture_output=True, text=True,
+        done = subprocess.run([str(zipapp_path()), *args], env=self.env(), capture_output=True, text=True,
                               timeout=timeout, input=input if input is not None else "")
+        from tests.invariants import record
+
+        record(args, done.returncode, done.stdout, done.stderr)
+        return done
 
     def run_json(self, *args: str, timeout: float = 120.0) -> tuple[int, list[dict[str, Any]], str]:
         """Run the CLI with ``-o json``: ``(exit code, rows, stderr)``."""

@@ -22,6 +22,7 @@ from .options import (
     rollout_timeout_option,
     target_options,
     transport_option,
+    whole_tier_option,
     yes_option,
 )
 
@@ -57,6 +58,9 @@ def dev_mode_on(pod: VllmPod) -> bool | None:
     ),
 )
 @target_options
+@click.option("--container", default=None, metavar="NAME",
+              help="Reset only this vLLM container of each targeted pod (default: every vLLM container; "
+                   "the others' rows say skipped).")
 @click.option("--preempt-running", is_flag=True,
               help="Also send reset_running_requests=true: running requests are preempted and recomputed.")
 @click.option("--busy-timeout", default="30s", show_default=True, metavar="DURATION",
@@ -67,6 +71,7 @@ def dev_mode_on(pod: VllmPod) -> bool | None:
                    "Default: none, except that a terminal offers the choice.")
 @rollout_timeout_option("How long to wait for a restart or dev-mode rollout to complete.")
 @model_only_option("clear-fs step: delete only the served model's directories in an FS tier.")
+@whole_tier_option
 @shared_option
 @click.option("--dry-run", is_flag=True, help="Print each pod's plan (steps, tiers emptied and left); change nothing.")
 @yes_option
@@ -89,17 +94,22 @@ def command(**params: Any) -> None:
     from ..report import ExitCode
     from .context import complete, exit_if_empty
 
+    if params["model_only"] and params["whole_tier"]:
+        raise click.UsageError("--model-only keeps to the targets' models and --whole-tier deletes every model's "
+                               "files: give one of them")
     interactive = sys.stdin.isatty() and not params["yes"] and not params["dry_run"]
     chosen = params["fallback"]
     options = ClearOptions(
         fallback=chosen or "none", preempt_running=params["preempt_running"],
         busy_timeout_s=parse_duration(params["busy_timeout"], default=30.0) or 0.0,
         rollout_timeout_s=parse_duration(params["timeout"], default=300.0) or 0.0,
-        model_only=params["model_only"], max_concurrency=params["max_concurrency"],
+        model_only=params["model_only"], whole_tier=params["whole_tier"], max_concurrency=params["max_concurrency"],
         # the version decides the plan only where a CPU tier or a shared store is at stake; elsewhere
         # (and not when the plan is shown first) /version is read alongside the resets, saving a round
         probe_all=interactive or params["dry_run"])
-    ctx = complete(params, default_all=False)
+    from ..job.scope import narrow_containers
+
+    ctx = narrow_containers(complete(params, default_all=False), params["container"])
     exit_if_empty(ctx, required=True, output=params["output"])
     the_plan = plan(ctx, options, cancel=INTERRUPTED, fallback_chosen=chosen)
     stores = plan_store(ctx, shared=params["shared"])
@@ -117,6 +127,9 @@ def command(**params: Any) -> None:
             info("nothing changed")
             sys.exit(int(ExitCode.FAILED))
         the_plan = confirmed
+    else:  # stated before anything changes (a terminal showed them in the plan)
+        for note in the_plan.devmode_notes() if not params["dry_run"] else ():
+            info(note)
     outcome = run(the_plan, INTERRUPTED, progress=info if sys.stderr.isatty() else None)
     for note in outcome.notes:
         info(note)

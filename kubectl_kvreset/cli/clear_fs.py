@@ -19,6 +19,7 @@ from .options import (
     model_only_option,
     output_option,
     target_options,
+    whole_tier_option,
     yes_option,
 )
 
@@ -43,6 +44,7 @@ __all__ = ["FsReport", "columns", "command", "fs_row", "row_code", "shown"]
 )
 @target_options
 @model_only_option("Delete only the served model's directories (<model>_<hash12> and <model>_<hash12>_r<N>).")
+@whole_tier_option
 @click.option("--timeout", "exec_timeout", default="120s", show_default=True, metavar="DURATION",
               help="Bound on each exec in a pod; a deletion cut short is reported as failed (not emptied).")
 @click.option("--dry-run", is_flag=True, help="Print one row per volume (what would be emptied); change nothing.")
@@ -55,18 +57,22 @@ def command(**params: Any) -> None:
     """Empty the FS offload tier of the targeted vLLM pods: one deletion per backing volume.
 
     Targets are OWNER arguments (deployment/NAME, leaderworkerset/NAME, pod/NAME; a bare name
-    is a Deployment), --all or -l SELECTOR. Pods outside the targets that mount the same volume
-    are named in a warning: their cache is emptied too.
+    is a Deployment), --all or -l SELECTOR. On a volume that pods outside the targets also
+    mount, only the directories of the targets' models are deleted (the row names what was
+    kept and whose it is) unless --whole-tier.
     """
     from ..job.fsclear import plan_fs, run_fs
     from ..kube import parse_duration
     from ..report import ExitCode
     from .context import complete, exit_if_empty
 
+    if params["model_only"] and params["whole_tier"]:
+        raise click.UsageError("--model-only keeps to the targets' models and --whole-tier deletes every model's "
+                               "files: give one of them")
     timeout = parse_duration(params["exec_timeout"], default=120.0) or 120.0
     ctx = complete(params, default_all=False)
     exit_if_empty(ctx, required=True, output=params["output"])
-    plan = plan_fs(ctx, model_only=params["model_only"])
+    plan = plan_fs(ctx, model_only=params["model_only"], whole_tier=params["whole_tier"])
     for note in plan.notes:
         info(note)
     if params["dry_run"] or (sys.stdin.isatty() and not params["yes"] and plan.targets):

@@ -55,7 +55,7 @@ def command(**params: Any) -> None:
     """
     from ..kube import parse_duration
     from ..report import Column, ExitCode, Report
-    from ..rollout import DevModeResult, read_dev_mode, run_phased, set_dev_mode
+    from ..rollout import DevModeResult, dev_mode_changes, read_dev_mode, run_phased, set_dev_mode
     from .context import complete, exit_if_empty, nothing_found
 
     if params["enable"] and params["disable"]:
@@ -83,11 +83,19 @@ def command(**params: Any) -> None:
 
     exit_if_empty(ctx, required=True, output=params["output"])
     enable = mode == "enable"
-    if sys.stdin.isatty() and not params["yes"]:
+    changes = {(ns, owner): dev_mode_changes(ctx.kube, ns, owner, enable=enable) for ns, owner, _, _ in owners}
+    prompt = sys.stdin.isatty() and not params["yes"]
+    if not prompt:  # the replaced sources are stated before anything changes, prompt or not
+        for (ns, owner), lines in changes.items():
+            for line in lines:
+                info(f"note: {ns}/{owner.ref()}: {line}")
+    if prompt:
         verb = 'set VLLM_SERVER_DEV_MODE="1" on' if enable else "remove VLLM_SERVER_DEV_MODE from"
         info(f"This will {verb} (prefill before decode), replacing every pod of:")
         for ns, owner, role, _ in owners:
             info(f"  {ns}/{owner.ref()}" + (f" ({role})" if role else ""))
+            for line in changes[(ns, owner)]:
+                info(f"    {line}")
         if not click.confirm("Continue?", default=False, err=True):
             info("nothing changed")
             sys.exit(int(ExitCode.FAILED))

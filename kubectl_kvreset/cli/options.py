@@ -71,6 +71,17 @@ def model_only_option(help_text: str) -> Callable[[F], F]:
     return click.option("--model-only", is_flag=True, help=help_text)
 
 
+def whole_tier_option(fn: F) -> F:
+    """``--whole-tier``: on a volume pods outside the targets also mount, empty the FS tier
+    root whole (their models' files too) instead of only the targets' models' directories."""
+    return click.option(
+        "--whole-tier", is_flag=True,
+        help="On a volume that pods outside the targets also mount, delete every model's files under the FS tier "
+             "root, theirs too. Default there: only the directories of the models the targets serve (a volume "
+             "only targets mount is emptied whole). Not with --model-only, which keeps to the targets' models "
+             "on every volume.")(fn)
+
+
 def transport_option(fn: F) -> F:
     """``--transport auto|proxy|exec|port-forward``: how requests reach the pods."""
     return click.option(

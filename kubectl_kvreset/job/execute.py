@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..discovery import discover
-from ..fstier import plan_fs_clear, run_fs_clear
+from ..fstier import plan_fs_clear, run_fs_clear, sharing_message
 from ..kube import KubeError
 from ..plan import STEP_API_RESET, STEP_CLEAR_FS, STEP_DEVMODE, STEP_RESTART
 from ..podapi import CallFailure, PodRef, ResetResult, probe_version, reset
@@ -81,16 +81,17 @@ def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], N
 
     fs_pods = [p.pod for p in pods if p.has(STEP_CLEAR_FS)]
     if fs_pods and not cancel.is_set():
-        targets = plan_fs_clear(fs_pods, scope.universe, model_only=options.model_only)
+        targets = plan_fs_clear(fs_pods, scope.universe, model_only=options.model_only,
+                                whole_tier=options.whole_tier)
         fs_results = parallel(targets, lambda t: run_fs_clear(scope.kube, t), options.max_concurrency, cancel)
         for target, fs_result in zip(targets, fs_results, strict=True):
             if isinstance(fs_result, NotRun):
                 continue
             for name in target.pods:
                 results.fs.setdefault((target.namespace, str(name)), []).append(fs_result)
-            if target.other_pods:
-                notes.append(f"warning: {target.volume} is also mounted by pods outside the targets "
-                             f"({', '.join(target.other_pods)}): files they share under {target.root} were deleted too")
+            shared = sharing_message(target, fs_result)
+            if shared is not None:
+                notes.append(f"warning: {shared}")
 
     devmode_owners = _owners(pods, STEP_DEVMODE) if not cancel.is_set() else []
     if devmode_owners:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..fstier import FsClearResult, FsVolumeTarget, plan_fs_clear, run_fs_clear
+from ..fstier import FsClearResult, FsVolumeTarget, plan_fs_clear, run_fs_clear, sharing_message
 from ..kube import Kube, KubeApiError
 from ..pool import Cancel, NotRun, parallel
 from ..report import Column, ExitCode, Report
@@ -78,8 +78,9 @@ def fs_row(target: FsVolumeTarget, outcome: FsClearResult | None = None) -> dict
         result = outcome.result
         if outcome.message:
             messages.append(outcome.message)
-    if target.other_pods and not target.refusal:
-        messages.append(f"also mounted by {len(target.other_pods)} pod(s) outside the targets")
+    shared = sharing_message(target, outcome)
+    if shared is not None:
+        messages.append(shared)
     messages.extend(target.notes)
     return {
         "namespace": target.namespace,
@@ -106,7 +107,10 @@ def fs_row(target: FsVolumeTarget, outcome: FsClearResult | None = None) -> dict
 
 
 def row_code(outcome: FsClearResult) -> ExitCode:
-    """0 when emptied, 1 when refused or failed (the tier may be left full)."""
+    """0 when emptied, 3 when unconfirmed (the exec gave no exit status), 1 when refused or
+    failed (the tier may be left full)."""
+    if outcome.result == "unconfirmed":
+        return ExitCode.UNCONFIRMED
     return ExitCode.OK if outcome.result == "emptied" else ExitCode.FAILED
 
 
@@ -127,7 +131,7 @@ class FsPlan:
         return plan
 
 
-def plan_fs(scope: Scope, *, model_only: bool = False) -> FsPlan:
+def plan_fs(scope: Scope, *, model_only: bool = False, whole_tier: bool = False) -> FsPlan:
     """Map the targeted pods' FS tier roots to their volumes (:func:`kubectl_kvreset.fstier.plan_fs_clear`),
     naming the pods outside the targets that mount the same volume (every pod of the targets'
     namespaces is listed for that).
@@ -137,13 +141,12 @@ def plan_fs(scope: Scope, *, model_only: bool = False) -> FsPlan:
     """
     notes: list[str] = []
     others = other_pod_objects(scope.kube, sorted({p.namespace for p in scope.pods}), notes)
-    targets = plan_fs_clear(scope.pods, scope.universe, model_only=model_only, other_pod_objects=others)
+    targets = plan_fs_clear(scope.pods, scope.universe, model_only=model_only, other_pod_objects=others,
+                            whole_tier=whole_tier)
     for target in targets:
-        if target.other_pods and target.refusal is None:
-            what = (f"only the directories of {', '.join(target.models) or 'no model'} are deleted"
-                    if target.model_only else "their FS tier is emptied too")
-            notes.append(f"warning: {target.volume} ({shown(target.root)}) is also mounted by pods outside the "
-                         f"targets ({', '.join(target.other_pods)}): {what}")
+        shared = sharing_message(target)
+        if shared is not None:
+            notes.append(f"note: {shown(shared)}")
     if not targets:
         notes.append("The targeted pods have no FS tier (no fs/fs_python secondary tier, no shared_storage_path).")
     return FsPlan(scope, tuple(targets), tuple(notes))

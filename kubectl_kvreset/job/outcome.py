@@ -2,7 +2,8 @@
 states), built here from the plan and what the run gave, and the rows and exit code derived
 from them. Rows are built in this one place; the command line only chooses how to print them.
 
-Tier states: ``emptied``, ``unconfirmed`` (vLLM < 0.26 answers an empty 200), ``replaced``
+Tier states: ``emptied``, ``unconfirmed`` (vLLM < 0.26 answers an empty 200; an exec without
+an exit status), ``replaced``
 (the pod vanished and its successor starts cold), ``not emptied`` (a step failed) and ``left``
 (no planned step empties it). Never ``emptied`` for a tier that was not (DESIGN §3).
 """
@@ -13,14 +14,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from ..fstier import FsClearResult
+from ..fstier import FsClearResult, sharing_message
 from ..podapi import ResetResult
 from ..pods import Owner
 from ..pool import NotRun
 from ..report import Column, ExitCode, Report
 from ..rollout import DevModeResult, RestartResult
 from ..tiers import Tier
-from ..vllm_api import ResetOutcome
+from ..vllm_api import ResetOutcome, parse_version, reset_answers_for_every_engine
 from .planning import Plan, PodPlan, dev_mode_on
 
 if TYPE_CHECKING:
@@ -61,11 +62,35 @@ def tier_label(tier: Tier) -> str:
 
 @dataclass(frozen=True)
 class LeftRow:
-    """A tier a pod's plan left: its label, why, and the flag that would empty it (or None)."""
+    """A tier that was not emptied: its label, why (no planned step empties it, or the step
+    failed), and what would empty it (a flag, or what to do; None only when nothing the
+    plugin does can, e.g. a store outside the pods)."""
 
     tier: str
     reason: str
     remedy: str | None
+
+
+@dataclass(frozen=True)
+class UnconfirmedRow:
+    """A tier whose emptying ran but could not be confirmed: its label and why."""
+
+    tier: str
+    reason: str
+
+
+#: What to do about an API reset that failed, by the row's result.
+RESET_REMEDIES = {
+    "busy": "retry later, raise --busy-timeout, or use --preempt-running",
+    "dev mode off": "--fallback=devmode|restart, or kubectl kvreset devmode --enable",
+    "forbidden": "grant the rights the message names (rbac/ has the role), then run clear again",
+    "unreachable": "run clear again once the pod is Ready and its API port answers, or --fallback=restart",
+    "interrupted": "run clear again",
+}
+#: What to do about a reset failure not in :data:`RESET_REMEDIES`.
+RESET_REMEDY = "run clear again once the cause in the message is fixed, or --fallback=restart"
+#: What to do about an FS tier whose deletion did not empty it.
+FS_REMEDY = "run kubectl kvreset clear-fs again once the cause in the message is fixed"
 
 
 @dataclass(frozen=True)
@@ -95,6 +120,7 @@ class PortOutcome:
     busy_answers: int
     left: tuple[LeftRow, ...]
     code: ExitCode
+    unconfirmed: tuple[UnconfirmedRow, ...] = ()
 
     @property
     def key(self) -> tuple[str, str, str, int | None]:
@@ -115,6 +141,7 @@ class PortOutcome:
             "result": self.result, "message": "; ".join(self.messages) or None, "steps": list(self.steps),
             "calls": self.calls, "busy_answers": self.busy_answers,
             "left": [{"tier": lt.tier, "reason": lt.reason, "remedy": lt.remedy} for lt in self.left],
+            "unconfirmed": [{"tier": u.tier, "reason": u.reason} for u in self.unconfirmed],
         }
 
 
@@ -144,8 +171,8 @@ class Outcome:
 def result_columns(scope: str | None) -> list[Column]:
     """Columns of the ``CacheReset`` table (tiers as columns; NAMESPACE only with ``-A``)."""
     cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORT", "port"),
-            Column("ROLE", "role"), Column("OWNER", "owner", wide=True), Column("VERSION", "version"),
-            Column("GPU", "gpu"), Column("CPU", "cpu"), Column("FS", "fs"), Column("SHARED", "shared"),
+            Column("ROLE", "role"), Column("OWNER", "owner", wide=True), Column("CONTAINER", "container", wide=True),
+            Column("VERSION", "version"), Column("GPU", "gpu"), Column("CPU", "cpu"), Column("FS", "fs"), Column("SHARED", "shared"),
             Column("RESULT", "result"), Column("STEPS", "steps", wide=True), Column("CALLS", "calls", wide=True),
             Column("MESSAGE", "message")]
     return cols[1:] if scope is not None else cols
@@ -163,25 +190,33 @@ def plan_report(plan: Plan) -> Report:
     report = Report("PlannedReset", cols)
     for p in plan.pods:
         steps: list[str] = []
+        replaced = plan.devmode_changes.get((p.pod.namespace, p.pod.owner), ())
+        changes = f" ({'; '.join(replaced)})" if replaced else ""
         for step in p.steps.steps:
             if step.action == "api-reset":
                 q = "?" + urlencode(p.query) if p.query else ""
                 steps += [f"POST {p.routes[0]}{q}"] + [f"POST {r}" for r in p.routes[1:]]
                 if fallback in ("devmode", "restart") and dev_mode_on(p.pod) is None:
                     verb = "restart" if fallback == "restart" else "devmode --enable"
-                    steps.append(f"if vLLM answers 404 (dev mode off): {verb} {p.pod.owner.ref()}")
+                    steps.append(f"if vLLM answers 404 (dev mode off): {verb} {p.pod.owner.ref()}"
+                                 + (changes if fallback == "devmode" else ""))
             elif step.action == "clear-fs":
-                steps.append("clear-fs " + ",".join(t.root_dir or "" for t in step.empties))
+                steps.append("clear-fs " + ",".join(t.root_dir or "" for t in step.empties)
+                             + (" (--whole-tier: every model's files, also where pods outside the targets mount the "
+                                "volume)" if plan.options.whole_tier else ""))
             elif step.action == "restart":
                 steps.append(f"restart {p.pod.owner.ref()}")
             else:
-                steps.append(f"devmode --enable {p.pod.owner.ref()}")
+                steps.append(f"devmode --enable {p.pod.owner.ref()}{changes}")
+        if p.not_running is not None:
+            steps.append(f"none: {p.not_running.describe()}")
         report.add({
             "namespace": p.pod.namespace, "pod": p.pod.name, "owner": p.pod.owner.ref(),
             "ports": [port.port for port in p.pod.ports], "version": p.version or "unknown",
             "steps": steps,
             "empties": [tier_label(t) for step in p.steps.steps for t in step.empties],
-            "leaves": [f"{tier_label(lt.tier)} ({lt.flag or 'outside the pods'})" for lt in p.steps.left]
+            "leaves": [f"{tier_label(lt.tier)} ({lt.flag or ('pod not running' if p.not_running else 'outside the pods')})"
+                       for lt in p.steps.left]
             + ([f"every pod tier if vLLM answers 404 (VLLM_SERVER_DEV_MODE is not in the spec): "
                 f"{'then ' + fallback if fallback in ('devmode', 'restart') else '--fallback=devmode|restart'}"]
                if p.has("api-reset") and dev_mode_on(p.pod) is None else []),
@@ -215,6 +250,12 @@ def build_outcome(plan: Plan, results: RunResults, notes: list[str], *, interrup
             po = port_outcome(p, port, results, interrupted=interrupted)
             ports.append(po)
             report.add(po.row(), po.code)
+    for pod in plan.scope.skipped:
+        skipped_ports: list[ApiPort | None] = [*pod.ports] or [None]
+        for port in skipped_ports:
+            po = skipped_outcome(pod, port, plan.scope.container)
+            ports.append(po)
+            report.add(po.row(), po.code)
     notes = list(notes)
     if any(po.result == "dev mode off" for po in ports):
         notes.append(dev_mode_note())
@@ -225,6 +266,8 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
     """The :class:`PortOutcome` of one pod and port: each tier's state from the step that was
     to empty it, the result, the messages and the exit code it earns."""
     pod = plan.pod
+    if plan.not_running is not None:
+        return not_running_outcome(plan, port)
     messages: list[str] = []
     failure_result: str | None = None
     unconfirmed = False
@@ -248,6 +291,10 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
             first = resets[0]
             if first.outcome is ResetOutcome.CLEARED:
                 reset_state = "emptied"
+                dp_text = engine_zero_only(plan.version, pod.serve.engines_per_port, port)
+                if dp_text is not None:
+                    reset_state, unconfirmed = "unconfirmed", True
+                    messages.append(dp_text)
             elif first.outcome is ResetOutcome.UNCONFIRMED:
                 reset_state, unconfirmed = "unconfirmed", True
                 messages.append("vLLM < 0.26 answers an empty 200: the reset ran but its result is not known")
@@ -288,6 +335,8 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
     fs_results = results.fs.get((pod.namespace, pod.name), [])
     cells: dict[str, list[str]] = {kind: [] for kind in TIER_KINDS}
     left_rows: list[LeftRow] = []
+    unconfirmed_rows: list[UnconfirmedRow] = []
+    reset_reason = "; ".join(messages) if reset_state in ("not emptied", "unconfirmed") else ""
     for effect in plan.effects:
         tier = effect.tier
         action = step_of.get(id(tier))
@@ -302,14 +351,27 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
                 messages.append(f"{tier_label(tier)} left: {reason}" + (f"; to empty it: {flag}" if flag else ""))
         elif action == "api-reset":
             state = reset_state or "not emptied"
+            if state == "not emptied":
+                left_rows.append(LeftRow(tier_label(tier), reset_reason or "the reset did not run",
+                                         RESET_REMEDIES.get(failure_result or "", RESET_REMEDY)))
+            elif state == "unconfirmed":
+                unconfirmed_rows.append(UnconfirmedRow(tier_label(tier), reset_reason))
         elif action == "clear-fs":
             state, fs_text = fs_state(tier, fs_results)
             if fs_text:
                 messages.append(fs_text)
-            if state != "emptied":
+            if state == "unconfirmed":
+                unconfirmed = True
+                unconfirmed_rows.append(UnconfirmedRow(tier_label(tier), fs_text or "the deletion was not confirmed"))
+            elif state != "emptied":
                 failure_result = failure_result or "failed"
+                left_rows.append(LeftRow(tier_label(tier), fs_text or "the deletion did not empty it", FS_REMEDY))
         else:
             state = owner_state or "not emptied"
+            if state == "not emptied":
+                left_rows.append(LeftRow(tier_label(tier), owner_result_message(owner_res) if owner_res is not None
+                                         else "the restart or dev-mode rollout did not run",
+                                         f"check kubectl rollout status {pod.owner.ref()}, then run clear again"))
         cells[tier.kind.value].append(state)
     states = [st for v in cells.values() for st in v]
     all_done = all(st in ("emptied", "unconfirmed", "replaced") for st in states)
@@ -321,6 +383,9 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
     else:
         code = ExitCode.FAILED
         result = failure_result or "partial"
+    if result == "emptied" and (left_rows or unconfirmed_rows):
+        # never emptied while a tier is left or unconfirmed (DESIGN §3)
+        result, code = ("partial", ExitCode.FAILED) if left_rows else ("unconfirmed", ExitCode.UNCONFIRMED)
     if plan.probe_failure is not None and plan.version is None and reset_state in ("emptied", "unconfirmed"):
         messages.append(f"version unknown ({plan.probe_failure.message}): assumed the oldest behaviour")
     return PortOutcome(
@@ -328,7 +393,48 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
         role=pod.role, owner=pod.owner.ref(), version=plan.version,
         tiers={kind: tuple(v) for kind, v in cells.items() if v}, result=result, messages=tuple(messages),
         steps=plan.steps.actions(), calls=sum(r.calls for r in resets) if resets else 0,
-        busy_answers=resets[0].busy_answers if resets else 0, left=tuple(left_rows), code=code)
+        busy_answers=resets[0].busy_answers if resets else 0, left=tuple(left_rows), code=code,
+        unconfirmed=tuple(unconfirmed_rows))
+
+
+def skipped_outcome(pod: VllmPod, port: ApiPort | None, container: str | None) -> PortOutcome:
+    """The row of a vLLM container ``--container`` left out: result ``skipped``, nothing done,
+    exit 0 (it was not a target)."""
+    return PortOutcome(
+        namespace=pod.namespace, pod=pod.name, container=pod.container, port=port.port if port is not None else None,
+        role=pod.role, owner=pod.owner.ref(), version=pod.version, tiers={}, result="skipped",
+        messages=(f"container {pod.container} not targeted (--container {container}): nothing was reset",),
+        steps=(), calls=0, busy_answers=0, left=(), code=ExitCode.OK)
+
+
+def engine_zero_only(version: str | None, engines: int, port: ApiPort | None) -> str | None:
+    """Why a successful reset answer does not confirm every data-parallel engine behind
+    ``port`` (None when it does: one engine, or a version that ANDs every engine's result,
+    :func:`~kubectl_kvreset.vllm_api.reset_answers_for_every_engine`)."""
+    if engines <= 1 or reset_answers_for_every_engine(parse_version(version)):
+        return None
+    others = "engine 1" if engines == 2 else f"engines 1-{engines - 1}"
+    who = f"vLLM {version}" if version else "vLLM of unknown version"
+    where = f" behind port {port.port}" if port is not None else ""
+    return (f"{who} answers the reset for engine 0 only: {others} of the {engines} data-parallel engines{where} "
+            "are not confirmed (vLLM 0.32.0 and later answer for every engine)")
+
+
+def not_running_outcome(plan: PodPlan, port: ApiPort | None) -> PortOutcome:
+    """The :class:`PortOutcome` of a pod with no running vLLM container: result ``not
+    running``, every tier ``left`` with the pod's state and cause as the reason, nothing sent,
+    exit code 1."""
+    pod, down = plan.pod, plan.not_running
+    assert down is not None
+    cells: dict[str, list[str]] = {}
+    for effect in plan.effects:
+        cells.setdefault(effect.tier.kind.value, []).append("left")
+    return PortOutcome(
+        namespace=pod.namespace, pod=pod.name, container=pod.container, port=port.port if port is not None else None,
+        role=pod.role, owner=pod.owner.ref(), version=None, tiers={k: tuple(v) for k, v in cells.items()},
+        result="not running", messages=(down.describe() + ": nothing was sent to it",), steps=(), calls=0,
+        busy_answers=0, left=tuple(LeftRow(tier_label(lt.tier), lt.reason, None) for lt in plan.steps.left),
+        code=ExitCode.FAILED)
 
 
 def describe_reset_failure(pod: VllmPod, first: ResetResult) -> tuple[str, str]:
@@ -353,9 +459,13 @@ def fs_state(tier: Tier, results: list[FsClearResult]) -> tuple[str, str | None]
     if not mine:
         return "not emptied", f"{tier_label(tier)}: no deletion ran"
     for r in mine:
-        if r.result != "emptied":
-            return "not emptied", f"{tier_label(tier)}: {r.message}"
-    return "emptied", None
+        if r.result not in ("emptied", "unconfirmed"):
+            return "not emptied", f"{tier_label(tier)}: {r.message or 'the deletion ' + r.result}"
+    for r in mine:
+        if r.result == "unconfirmed":
+            return "unconfirmed", f"{tier_label(tier)}: {r.message or 'the deletion was not confirmed'}"
+    shared = [text for r in mine if (text := sharing_message(r.target, r)) is not None]
+    return "emptied", "; ".join(shared) or None
 
 
 def owner_result_ok(res: RestartResult | DevModeResult) -> bool:

@@ -24,7 +24,9 @@ from ..plan import (
 )
 from ..podapi import CallFailure, probe_version
 from ..pods import Owner, VllmPod
+from ..podstate import NotRunning, not_running
 from ..pool import Cancel, NotRun, parallel
+from ..rollout import dev_mode_changes
 from ..tiers import TierKind
 from ..vllm_api import extra_reset_routes, parse_version, reset_query
 from .scope import Scope
@@ -57,6 +59,8 @@ class ClearOptions:
         busy_timeout_s: seconds to retry while vLLM answers ``success: false``.
         rollout_timeout_s: seconds to wait for a restart or dev-mode rollout.
         model_only: clear-fs deletes only the served model's directories.
+        whole_tier: clear-fs empties a volume other pods also mount whole (their models'
+            files too); without it only the targets' models' directories go there.
         max_concurrency: calls in flight at once.
         probe_all: read every pod's version before planning (the plan is shown first: a prompt or
             ``--dry-run``), instead of only where the plan depends on it.
@@ -67,6 +71,7 @@ class ClearOptions:
     busy_timeout_s: float = 30.0
     rollout_timeout_s: float = 300.0
     model_only: bool = False
+    whole_tier: bool = False
     max_concurrency: int = 64
     probe_all: bool = False
 
@@ -97,6 +102,12 @@ def dev_mode_on(pod: VllmPod) -> bool | None:
     return None
 
 
+def pod_not_running(pod: VllmPod) -> NotRunning | None:
+    """Why ``pod`` has no running vLLM container (:func:`kubectl_kvreset.podstate.not_running`
+    on the pod as discovered), or None when it runs."""
+    return not_running(pod.raw, pod.container, dev_mode=pod.dev_mode, owner_ref=pod.owner.ref())
+
+
 def version_matters(pod: VllmPod) -> bool:
     """True when the pod's plan depends on its vLLM version before anything is sent: a CPU
     offload tier or a shared store (whether the API reset empties them changes by version).
@@ -112,7 +123,9 @@ class PodPlan:
     (:func:`kubectl_kvreset.plan.plan_pod_steps`). ``probe_failure`` says why the version is
     unknown; ``version_deferred``: the version is read alongside the resets. ``version`` and
     ``probe_failure`` are filled in by the run for a deferred pod, and ``steps`` change when a
-    404 shows dev mode off and the allowed fallback applies."""
+    404 shows dev mode off and the allowed fallback applies. ``not_running``: the pod has no
+    running vLLM container (Pending, Unschedulable, ContainerCreating, CrashLoopBackOff): no
+    step is planned and nothing is sent to it."""
 
     pod: VllmPod
     version: str | None
@@ -122,6 +135,7 @@ class PodPlan:
     routes: tuple[str, ...]
     steps: PodSteps
     version_deferred: bool = False
+    not_running: NotRunning | None = None
 
     def has(self, action: str) -> bool:
         """True when the plan holds the step ``action``."""
@@ -141,6 +155,19 @@ class Plan:
     probed: tuple[Probed, ...] = ()
     fallback_chosen: str | None = None
     notes: list[str] = field(default_factory=list)
+    devmode_changes: dict[tuple[str, Owner], tuple[str, ...]] = field(default_factory=dict)
+    """Per owner whose vLLM container takes ``VLLM_SERVER_DEV_MODE`` from ``valueFrom`` or
+    ``envFrom``: what a dev-mode step would replace or override
+    (:func:`kubectl_kvreset.rollout.dev_mode_changes`), shown with the plan before it runs."""
+
+    def devmode_notes(self) -> list[str]:
+        """One line per replaced or overridden value of an owner whose dev-mode step is planned
+        or may follow a 404 (``--fallback=devmode``), for stderr before the run."""
+        owners = {(p.pod.namespace, p.pod.owner) for p in self.pods
+                  if p.has("devmode") or (self.options.fallback == "devmode" and p.has("api-reset")
+                                          and dev_mode_on(p.pod) is None)}
+        return [f"note: {ns}/{owner.ref()}: {line}" for (ns, owner), lines in self.devmode_changes.items()
+                if (ns, owner) in owners for line in lines]
 
     def needs(self) -> list[str]:
         """The disruptive steps (sorted) that would empty what the plan leaves."""
@@ -165,19 +192,26 @@ def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
             return CallFailure("no-port", "no API port found in the vLLM command")
         return probe_version(scope.caller, scope.ref(pod), pod.ports[0].port, scheme=pod.ports[0].scheme)
 
-    early = [p for p in scope.pods if options.probe_all or version_matters(p)]
-    got = dict(zip((p.uid or p.name for p in early), parallel(early, probe, options.max_concurrency, cancel),
-                   strict=True))
-    probed: tuple[Probed, ...] = tuple(got.get(p.uid or p.name, DEFERRED) for p in scope.pods)
+    early = [p for p in scope.pods if (options.probe_all or version_matters(p)) and pod_not_running(p) is None]
+    # keyed per container: two vLLM containers of one pod may run different releases
+    got = dict(zip(((p.uid or p.name, p.container) for p in early),
+                   parallel(early, probe, options.max_concurrency, cancel), strict=True))
+    probed: tuple[Probed, ...] = tuple(got.get((p.uid or p.name, p.container), DEFERRED) for p in scope.pods)
+    changes: dict[tuple[str, Owner], tuple[str, ...]] = {}
+    for p in scope.pods:
+        key = (p.namespace, p.owner)
+        if p.dev_mode.source in ("valueFrom", "envFrom") and key not in changes:
+            changes[key] = tuple(dev_mode_changes(scope.kube, p.namespace, p.owner, enable=True))
     return Plan(scope, options, build_plans(list(scope.pods), probed, options.fallback, options.preempt_running),
-                probed, fallback_chosen)
+                probed, fallback_chosen, devmode_changes={k: v for k, v in changes.items() if v})
 
 
 def replan(old: Plan, fallback: str) -> Plan:
     """The same plan with another ``fallback`` (the user chose one at the prompt); sends nothing."""
     options = replace(old.options, fallback=fallback)
     return Plan(old.scope, options, build_plans(list(old.scope.pods), old.probed, fallback,
-                                                options.preempt_running), old.probed, fallback)
+                                                options.preempt_running), old.probed, fallback,
+                devmode_changes=dict(old.devmode_changes))
 
 
 def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, preempt: bool) -> list[PodPlan]:
@@ -186,6 +220,12 @@ def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, 
     new pods start cold)."""
     plans: list[PodPlan] = []
     for pod, got in zip(pods, probed, strict=True):
+        down = pod_not_running(pod)
+        if down is not None:
+            effects = api_reset_effects(pod.layout, None, reset_external=True)
+            left = tuple(LeftTier(e.tier, down.describe(), None) for e in effects)
+            plans.append(PodPlan(pod, None, None, effects, (), (), PodSteps((), left, None), not_running=down))
+            continue
         deferred = isinstance(got, Deferred)
         version_text = got if isinstance(got, str) else None
         version = parse_version(version_text)
@@ -211,7 +251,7 @@ def promote(plans: list[PodPlan], owner_step: dict[tuple[str, Owner], str]) -> N
     dropped and only clear-fs stays before it."""
     for p in plans:
         action = owner_step.get((p.pod.namespace, p.pod.owner))
-        if action is None or p.has(action):
+        if action is None or p.has(action) or p.not_running is not None:
             continue
         local = tuple(e.tier for e in p.effects if e.tier.kind in (TierKind.GPU, TierKind.CPU))
         kept = tuple(s for s in p.steps.steps if s.action == STEP_CLEAR_FS)

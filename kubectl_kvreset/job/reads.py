@@ -4,11 +4,15 @@ line prints it."""
 
 from __future__ import annotations
 
-from ..podapi import CallFailure, fetch_metrics, probe_version
-from ..pods import VllmPod
+from ..imagever import version_mismatch
+from ..podapi import CallFailure, ReadAnswer, fetch_metrics, probe_version
+from ..pods import ApiPort, VllmPod
+from ..podstate import metrics_500_hint
 from ..pool import Cancel, NotRun, parallel
 from ..report import Column, ExitCode, Report
+from ..rollout import pod_dev_modes
 from ..vllm_api import EngineMetrics, MetricsParseError, parse_metrics
+from .planning import pod_not_running
 from .scope import Scope
 
 
@@ -29,22 +33,32 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
     def probe(pod: VllmPod) -> str | CallFailure:
         if not pod.ports:
             return CallFailure("no-port", "no API port found")
+        down = pod_not_running(pod)
+        if down is not None:
+            return CallFailure("not-running", down.describe())
         first = pod.ports[0]
         return probe_version(ctx.caller, ctx.ref(pod), first.port, scheme=first.scheme)
 
     versions = parallel(ctx.pods, probe, max_concurrency, cancel)
-    for pod, got in zip(ctx.pods, versions, strict=True):
+    dev_modes = pod_dev_modes(ctx.kube, [pod.raw for pod in ctx.pods])
+    for pod, got, dev in zip(ctx.pods, versions, dev_modes, strict=True):
         notes = list(pod.notes)
         code = ExitCode.OK
         version: str | None = None
         if isinstance(got, NotRun):
             notes.append("version not read: interrupted")
             code = ExitCode.INTERRUPTED
+        elif isinstance(got, CallFailure) and got.kind == "not-running":
+            notes.append(got.message)
+            code = ExitCode.FAILED
         elif isinstance(got, CallFailure):
             notes.append(f"version unknown: {got.message}")
             code = ExitCode.FAILED
         else:
             version = got
+            mismatch = version_mismatch(pod.image, version)
+            if mismatch:
+                notes.append(mismatch)
         report.add({
             "namespace": pod.namespace,
             "pod": pod.name,
@@ -56,8 +70,9 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
             "front_ports": [p.front for p in pod.ports if p.front is not None],
             "scheme": pod.ports[0].scheme if pod.ports else None,
             "version": version,
-            "dev_mode": pod.dev_mode.describe(),
-            "dev_mode_value": pod.dev_mode.value,
+            "dev_mode": dev.describe(),
+            "dev_mode_value": dev.value,
+            "dev_mode_source": dev.source,
             "connectors": list(pod.layout.connectors),
             "tiers": [t.kind.value for t in pod.layout.tiers],
             "fs_roots": [t.root_dir for t in pod.layout.tiers if t.root_dir],
@@ -85,8 +100,15 @@ def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = Non
         cols = cols[1:]
     report = Report("EngineMetrics", cols)
     units = [(pod, port) for pod in ctx.pods for port in pod.ports]
-    scraped = parallel(units, lambda u: fetch_metrics(ctx.caller, ctx.ref(u[0]), u[1].port, scheme=u[1].scheme),
-                       max_concurrency, cancel)
+
+    def scrape(unit: tuple[VllmPod, ApiPort]) -> ReadAnswer:
+        pod, port = unit
+        down = pod_not_running(pod)
+        if down is not None:
+            return ReadAnswer(None, down.describe())
+        return fetch_metrics(ctx.caller, ctx.ref(pod), port.port, scheme=port.scheme)
+
+    scraped = parallel(units, scrape, max_concurrency, cancel)
     for (pod, port), got in zip(units, scraped, strict=True):
         base = {"namespace": pod.namespace, "pod": pod.name, "port": port.port, "role": pod.role,
                 **dict.fromkeys(("engine", "model", "usage", "usage_metric", "cpu_offload_usage", "prefix_hits",
@@ -104,6 +126,8 @@ def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = Non
             if not engines and error is None:
                 error = "no vllm: KV-cache metric in the scrape"
         if error is not None:
+            hint = metrics_500_hint(pod.raw, pod.container) if got.status == 500 else None
+            error = f"{error}; {hint}" if hint else error
             report.add({**base, "engine": None, "error": f"unavailable: {error}"}, ExitCode.FAILED)
             continue
         for e in engines:

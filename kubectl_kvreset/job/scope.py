@@ -3,12 +3,12 @@ caller that reaches their vLLM ports (kubectl's Complete phase, without the comm
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..discovery import discover
 from ..kube import Kube
 from ..podapi import PodCaller, PodRef, Transports
-from ..pods import Targets, VllmPod, missing_pair_roles, select
+from ..pods import TargetError, Targets, VllmPod, missing_pair_roles, select
 from ..pool import Cancel
 
 
@@ -25,6 +25,8 @@ class Scope:
             once the run's :class:`~kubectl_kvreset.pool.Cancel` is set.
         notes: what the user should know about the selection (one role of a prefill/decode
             pair targeted without the other), as lines for stderr.
+        skipped: vLLM containers of the targeted pods that ``--container`` left out (their
+            rows say ``skipped``); ``container``: that name, or None.
     """
 
     kube: Kube
@@ -33,11 +35,33 @@ class Scope:
     pods: tuple[VllmPod, ...]
     caller: PodCaller
     notes: tuple[str, ...] = ()
+    skipped: tuple[VllmPod, ...] = ()
+    container: str | None = None
 
     @staticmethod
     def ref(pod: VllmPod) -> PodRef:
         """The :class:`~kubectl_kvreset.podapi.PodRef` of a discovered pod."""
         return PodRef(pod.namespace, pod.name, pod.container)
+
+
+def narrow_containers(scope: Scope, container: str | None) -> Scope:
+    """Keep only the targeted vLLM containers named ``container`` (``--container``); the
+    others become :attr:`Scope.skipped`. None keeps every container (each vLLM container of a
+    pod is a target of its own).
+
+    Raises:
+        kubectl_kvreset.pods.TargetError: no targeted pod has a vLLM container of that name
+            (the message lists the names there are).
+    """
+    if container is None:
+        return scope
+    kept = tuple(p for p in scope.pods if p.container == container)
+    if scope.pods and not kept:
+        names = ", ".join(sorted({p.container for p in scope.pods}))
+        raise TargetError(f"--container {container}: no targeted pod has a vLLM container of that name "
+                          f"(vLLM containers: {names})")
+    return replace(scope, pods=kept, skipped=tuple(p for p in scope.pods if p.container != container),
+                   container=container)
 
 
 def select_targets(kube: Kube, targets: Targets, *, all_namespaces: bool = False, transport: str = "auto",

@@ -166,3 +166,66 @@ def test_table_output_and_missing_targets(sim: Callable[..., SimCluster]) -> Non
     assert "pvc/llm-d-kv-cache-storage" in line and "emptied" in line
     bare = cluster.run("clear-fs", "-n", NS)
     assert bare.returncode == 2 and "--all" in bare.stderr
+
+
+MODEL_B = "org/model-b"
+SHARED_ROOT = "/mnt/files-storage/kv"
+
+
+def model_files(pod: dict[str, Any], model: str) -> list[str]:
+    """The FS-tier files of ``model``'s directories (``<model>_<hash12>[_r<N>]``) a pod sees."""
+    prefix = SHARED_ROOT + "/" + model.replace("/", "_") + "_"
+    return [f for f in pod["fs_tier_files"] if f.startswith(prefix)]
+
+
+def two_models_on_one_pvc(sim: Callable[..., SimCluster], tmp_path: Path) -> SimCluster:
+    docs = [deployment("model-a", SHARED_ROOT), deployment("model-b", SHARED_ROOT, model=MODEL_B)]
+    return sim([write_manifest(tmp_path, docs)], namespace=NS, dev_mode="on", vllm_version="0.26.0")
+
+
+@pytest.mark.parametrize("verb", ["clear-fs", "clear"])
+def test_two_models_on_one_pvc_only_the_targets_model_is_deleted(sim: Callable[..., SimCluster], tmp_path: Path,
+                                                                  verb: str) -> None:
+    cluster = two_models_on_one_pvc(sim, tmp_path)
+    before = by_owner(cluster)
+    b_files = model_files(before["model-b"], MODEL_B)
+    assert b_files and model_files(before["model-a"], MODEL)
+    code, rows, err = cluster.run_json(verb, "-n", NS, "deployment/model-a")
+    assert code == 0, (err, rows)
+    after = by_owner(cluster)
+    assert model_files(after["model-a"], MODEL) == []
+    assert model_files(after["model-b"], MODEL_B) == b_files  # every file of model B is still there
+    (row,) = rows
+    b_pod = before["model-b"]["name"]
+    text = row["message"]
+    assert "only the directories of Qwen_Qwen3-0.6B_*" in text and "were deleted" in text, text
+    assert b_pod in text and "kept" in text, text
+    if verb == "clear-fs":
+        assert row["result"] == "emptied" and row["model_only"] and row["other_files"] == len(b_files)
+    else:
+        assert row["result"] == "emptied" and row["fs"] == "emptied" and row["left"] == []
+    assert "were deleted too" not in err and b_pod in err
+
+
+@pytest.mark.parametrize("verb", ["clear-fs", "clear"])
+def test_two_models_on_one_pvc_whole_tier_deletes_both(sim: Callable[..., SimCluster], tmp_path: Path,
+                                                       verb: str) -> None:
+    cluster = two_models_on_one_pvc(sim, tmp_path)
+    b_pod = by_owner(cluster)["model-b"]["name"]
+    if verb == "clear":
+        code, plan_rows, err = cluster.run_json(verb, "-n", NS, "deployment/model-a", "--whole-tier", "--dry-run")
+        assert code == 0 and any("--whole-tier" in s for s in plan_rows[0]["steps"]), plan_rows
+    code, rows, err = cluster.run_json(verb, "-n", NS, "deployment/model-a", "--whole-tier")
+    assert code == 0, (err, rows)
+    after = by_owner(cluster)
+    assert after["model-b"]["fs_tier_files"] == [] and after["model-a"]["fs_tier_files"] == []
+    (row,) = rows
+    assert "every entry under /mnt/files-storage/kv was deleted, theirs included" in row["message"], row
+    assert b_pod in row["message"]
+
+
+def test_whole_tier_and_model_only_together_is_a_usage_error(sim: Callable[..., SimCluster], tmp_path: Path) -> None:
+    cluster = two_models_on_one_pvc(sim, tmp_path)
+    done = cluster.run("clear-fs", "-n", NS, "deployment/model-a", "--whole-tier", "--model-only")
+    assert done.returncode == 2 and "give one of them" in done.stderr
+    assert all(p["fs_tier_files"] for p in cluster.live_pods())

@@ -219,7 +219,8 @@ def test_metrics_answering_500(sim) -> None:
     for r in rows:
         by_pod.setdefault(r["pod"], []).append(r)
     assert len(by_pod) == 8
-    assert [r["error"] for r in by_pod[victim]] == ["unavailable: GET /metrics answered 500"]
+    assert [r["error"] for r in by_pod[victim]] == ["unavailable: GET /metrics answered 500 (3 tries)"]
+    assert all(st["metrics_calls"] == 3 for p in cluster.live_pods() if p["name"] == victim for st in vllm_ports(p))
     assert all(r["error"] is None and r["usage"] is not None for n, rs in by_pod.items() if n != victim for r in rs)
     # a read-only command: nothing was reset
     assert all(st["reset_calls"] == 0 and st["metrics_calls"] >= 1 for p in cluster.live_pods() for st in vllm_ports(p))

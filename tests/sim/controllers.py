@@ -160,6 +160,24 @@ def pod_specs_of(obj: Obj) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------------
 
 
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def gpu_request(spec: dict[str, Any]) -> int:
+    """The ``nvidia.com/gpu`` a pod spec asks for: the sum over its containers of the request
+    (an extended resource's limit is its request when no request is given)."""
+    total = 0
+    for c in spec.get("containers") or []:
+        res = c.get("resources") or {}
+        value = (res.get("requests") or {}).get(GPU_RESOURCE, (res.get("limits") or {}).get(
+            GPU_RESOURCE, 0))
+        try:
+            total += int(value)
+        except (TypeError, ValueError):
+            continue
+    return total
+
+
 def template_hash(template: Any) -> str:
     """A stable 10-character hash of a pod template in the pod-name alphabet (the real
     controller uses FNV-32a of the template rendered by ``SafeEncodeString``; the value differs,
@@ -231,7 +249,9 @@ class PodRecord:
 
     ``owner`` is the top-level owner ``(Kind, name)`` (Deployment, LeaderWorkerSet, or the
     direct owner) or None for a bare pod; ``ordinal`` the 0-based creation order within it;
-    ``network`` a scenario fault (``unreachable``) or None.
+    ``network`` a scenario fault (``unreachable``) or None; ``held`` why the pod is not
+    started (``unschedulable``: no node has the GPUs it asks for; ``container-creating``: a
+    scenario keeps it in ContainerCreating), None once it runs.
     """
 
     namespace: str
@@ -252,6 +272,7 @@ class PodRecord:
     deleted: bool = False
     env: dict[str, dict[str, str]] = field(default_factory=dict)
     probe_ok: bool | None = None
+    held: str | None = None
 
     def state(self, listing_cache: dict[str, list[str]] | None = None) -> dict[str, Any]:
         """This pod's entry of ``/sim/v1/state``: the simulator's fields plus the runtime's
@@ -262,7 +283,7 @@ class PodRecord:
             "owner": {"kind": self.owner[0], "name": self.owner[1]} if self.owner else None,
             "ordinal": self.ordinal, "pod_ip": self.pod_ip, "ready": self.ready,
             "running": self.running, "crashed": self.crashed, "deleted": self.deleted,
-            "network": self.network,
+            "network": self.network, "held": self.held,
         }
         rt: dict[str, Any] = {"env": {}, "ports": {}, "fs_tier_files": [], "shm_files": []}
         if self.runtime is not None:
@@ -392,6 +413,9 @@ class Cluster:
         self.network.start()
 
     def _create_node(self, name: str, ip: str) -> None:
+        capacity = {"cpu": "2", "memory": "24Gi", "pods": "110"}
+        if self.scenario.gpus_per_node is not None:
+            capacity[GPU_RESOURCE] = str(self.scenario.gpus_per_node)
         self.store.create(self.t_node, {
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
                                                   "kubernetes.io/os": "linux"}},
@@ -400,8 +424,7 @@ class Cluster:
                                      {"type": "Hostname", "address": name}],
                        "conditions": [{"type": "Ready", "status": "True",
                                        "reason": "KubeletReady"}],
-                       "capacity": {"cpu": "2", "memory": "24Gi", "pods": "110"},
-                       "allocatable": {"cpu": "2", "memory": "24Gi", "pods": "110"}}})
+                       "capacity": capacity, "allocatable": dict(capacity)}})
 
     def host_ip(self, node_name: str | None) -> str:
         """The loopback address of simulated node ``node_name`` (the first node's for an
@@ -506,9 +529,51 @@ class Cluster:
             obj["status"] = {}
         return self.store.create(rtype, obj, namespace, dry_run=dry_run)
 
+    def _gpus_free(self) -> dict[str, int]:
+        """Free ``nvidia.com/gpu`` per node: the scenario's capacity less the requests of the
+        live pods bound to it (empty when capacity is unlimited)."""
+        cap = self.scenario.gpus_per_node
+        if cap is None:
+            return {}
+        free = dict.fromkeys(self.node_names, cap)
+        for p in self.store.list(self.t_pod, None):
+            node = (p.get("spec") or {}).get("nodeName")
+            if node in free and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                free[node] -= gpu_request(p.get("spec") or {})
+        return free
+
+    def _schedule(self, spec: dict[str, Any]) -> str | None:
+        """The node a pod without ``nodeName`` is bound to: the first with the GPUs it asks for,
+        the first node when capacity is unlimited; None when none fits (Unschedulable)."""
+        want = gpu_request(spec)
+        free = self._gpus_free()
+        if not free or want == 0:
+            return NODE_NAME
+        return next((n for n in self.node_names if free[n] >= want), None)
+
+    def unschedulable_status(self) -> dict[str, Any]:
+        """The status the scheduler leaves on a pod that fits on no node: Pending, PodScheduled
+        False with reason ``Unschedulable`` and the scheduler's message (kube-scheduler's
+        ``FitError``: ``0/N nodes are available: N Insufficient nvidia.com/gpu.``)."""
+        n = len(self.node_names)
+        return {"phase": "Pending", "qosClass": "BestEffort", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "lastProbeTime": None, "lastTransitionTime": now_rfc3339(),
+            "message": (f"0/{n} nodes are available: {n} Insufficient {GPU_RESOURCE}. preemption: "
+                        f"0/{n} nodes are available: {n} No preemption victims found for incoming "
+                        "pod.")}]}
+
     def _default_pod(self, obj: Obj) -> None:
         spec = obj.setdefault("spec", {})
-        spec.setdefault("nodeName", NODE_NAME)
+        if not spec.get("nodeName"):
+            with self._lock:
+                node = self._schedule(spec)
+            if node is None:
+                spec.setdefault("restartPolicy", "Always")
+                spec.setdefault("schedulerName", "default-scheduler")
+                obj["status"] = self.unschedulable_status()
+                return
+            spec["nodeName"] = node
         spec.setdefault("restartPolicy", "Always")
         spec.setdefault("dnsPolicy", "ClusterFirst")
         spec.setdefault("serviceAccountName", "default")
@@ -604,6 +669,14 @@ class Cluster:
             revisions = [int((r["metadata"].get("annotations") or {}).get(
                 "deployment.kubernetes.io/revision", "0") or 0) for r in owned]
             current = next((r for r in owned if r["metadata"]["name"] == rs_name), None)
+            if current is None and spec.get("paused") and owned:
+                # a paused Deployment does not roll a changed template: its newest ReplicaSet
+                # keeps the pods (and follows a scale), as the deployment controller does
+                newest = max(owned, key=lambda r: int((r["metadata"].get("annotations") or {}).get(
+                    "deployment.kubernetes.io/revision", "0") or 0))
+                self._scale_rs(newest, replicas)
+                self.update_deployment_status(ns, name)
+                return
             if current is None:
                 revision = str(max(revisions, default=0) + 1)
                 labels = dict((template.get("metadata") or {}).get("labels") or {})
@@ -691,6 +764,15 @@ class Cluster:
                                 f'ReplicaSet "{rs_name}" has successfully progressed.' if complete
                                 else f'ReplicaSet "{rs_name}" is progressing.'),
             ]
+            if spec.get("paused"):
+                status["conditions"][1] = {
+                    "type": "Progressing", "status": "Unknown", "reason": "DeploymentPaused",
+                    "message": "Deployment is paused", "lastUpdateTime": now_rfc3339(),
+                    "lastTransitionTime": now_rfc3339()}
+                prev = next((c for c in old.get("conditions") or []
+                             if c.get("type") == "Progressing"), None)
+                if prev and prev.get("reason") == "DeploymentPaused":
+                    status["conditions"][1] = prev
             self.store.update_status(self.t_deploy, ns, name, status)
 
     @staticmethod
@@ -1006,12 +1088,70 @@ class Cluster:
         first = self._first_generation(md["namespace"], owner)
         if "cold" not in overrides and ordinal >= first:
             overrides["cold"] = True
+        scheduled = bool((pod.get("spec") or {}).get("nodeName"))
         rec = PodRecord(namespace=md["namespace"], name=md["name"], uid=uid,
-                        pod_ip=self._allocate_ip(pod), owner=owner, ordinal=ordinal,
-                        overrides=overrides, network=network, created=time.monotonic())
+                        pod_ip=self._allocate_ip(pod) if scheduled else "", owner=owner,
+                        ordinal=ordinal, overrides=overrides, network=network,
+                        created=time.monotonic())
         self._records[uid] = rec
         self._record_order.append(uid)
+        if not scheduled:
+            rec.held = "unschedulable"
+            return
+        if overrides.get("container_creating"):
+            rec.held = "container-creating"
+            self.store.update_status(self.t_pod, rec.namespace, rec.name,
+                                     self.creating_status(pod))
+            return
         self._pool.submit(self._start_pod, rec)
+
+    def creating_status(self, pod: Obj) -> dict[str, Any]:
+        """A bound pod whose containers are still being created (image pull, volume mount):
+        Pending, every container waiting in ``ContainerCreating``, as the kubelet reports it."""
+        spec = pod.get("spec") or {}
+        now = now_rfc3339()
+        names = " ".join(sorted(str(c.get("name", "")) for c in spec.get("containers") or []))
+        return {
+            "phase": "Pending", "hostIP": self.host_ip(spec.get("nodeName")),
+            "qosClass": (pod.get("status") or {}).get("qosClass", "BestEffort"),
+            "startTime": now,
+            "conditions": [
+                {"type": "PodReadyToStartContainers", "status": "False",
+                 "lastTransitionTime": now},
+                {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                {"type": "Ready", "status": "False", "reason": "ContainersNotReady",
+                 "message": f"containers with unready status: [{names}]",
+                 "lastTransitionTime": now},
+                {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady",
+                 "message": f"containers with unready status: [{names}]",
+                 "lastTransitionTime": now},
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}],
+            "containerStatuses": [
+                {"name": c.get("name", ""), "image": c.get("image", ""), "imageID": "",
+                 "ready": False, "restartCount": 0, "started": False,
+                 "state": {"waiting": {"reason": "ContainerCreating"}}}
+                for c in spec.get("containers") or []],
+        }
+
+    def _bind_unschedulable(self) -> None:
+        """Retry the scheduler on pods left Unschedulable (GPUs were freed): bind each that
+        now fits (``spec.nodeName``) and start it."""
+        for rec in [r for r in self.records() if r.held == "unschedulable" and not r.deleted]:
+            pod = self.store.try_get(self.t_pod, rec.namespace, rec.name)
+            if pod is None or pod["metadata"]["uid"] != rec.uid:
+                continue
+            node = self._schedule(pod.get("spec") or {})
+            if node is None:
+                continue
+            new = copy.deepcopy(pod)
+            new["spec"]["nodeName"] = node
+            new["status"] = {**self.creating_status(new), "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339()}]}
+            self.store.replace(self.t_pod, rec.namespace, rec.name, new, check_rv=False)
+            rec.held = None
+            rec.pod_ip = self._allocate_ip(new)
+            rec.created = time.monotonic()
+            self._pool.submit(self._start_pod, rec)
 
     def _pod_deleted(self, pod: Obj) -> None:
         rec = self._records.get(pod["metadata"]["uid"])
@@ -1023,6 +1163,8 @@ class Cluster:
         rt = rec.runtime
         if rt is not None:
             self._pool.submit(self._stop_runtime, rt)
+        if self.scenario.gpus_per_node is not None and rec.held is None:
+            self._bind_unschedulable()
 
     @staticmethod
     def _stop_runtime(rt: RuntimeLike) -> None:
@@ -1412,7 +1554,7 @@ class Cluster:
         timeout expires (False)."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            if all(r.running or r.deleted for r in self.records()):
+            if all(r.running or r.deleted or r.held for r in self.records()):
                 return True
             time.sleep(0.02)
         return False

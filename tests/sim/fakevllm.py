@@ -29,8 +29,12 @@ installed 0.32.0 sources:
   use). ``vllm/v1/engine/async_llm.py::AsyncLLM.reset_prefix_cache`` calls it;
   ``vllm/entrypoints/serve/dev/cache/api_router.py::reset_prefix_cache`` wraps it as
   ``{"success": bool(success)}``. So from 0.32.0 (research/vllm.md §1.1 step 5 saw the same
-  in 0.33.0; 0.29-0.31 stay unread) one busy engine makes the answer ``false``. This fake
-  models one engine per API port.
+  in 0.33.0; 0.29-0.31 stay unread) one busy engine makes the answer ``false``. Up to 0.28
+  (research/vllm.md §3 item 5) the reset went through ``call_utility_async``, which under
+  internal DP load balancing fans out to every engine and answers engine 0's result alone;
+  this fake answers so below 0.32.0. ``engines`` > 1 models several engines behind one API
+  port (``--data-parallel-size`` without external load balancing), each with its own blocks
+  and busy state (override ``busy_engines``), each reset unless it is busy.
 - **MooncakeStoreConnector.** Its ``reset_cache`` runs ``remove_all`` in 0.32.0:
   ``vllm/distributed/kv_transfer/kv_connector/v1/mooncake/store/connector.py::
   MooncakeStoreConnector.reset_cache`` (scheduler role) calls ``scheduler.py::
@@ -261,9 +265,14 @@ class FakeVLLM:
         connectors: the KV connectors (MultiConnector children flattened).
         overrides: scenario overrides: ``busy`` (int, first N reset calls find blocks held),
             ``busy_forced`` (bool: a forced reset while busy still fails -> 500),
-            ``reset_delay_ms`` (int), ``metrics_status`` (int), ``warm_blocks`` (int, default
+            ``reset_delay_ms`` (int), ``metrics_status`` (int), ``metrics_fail_first`` (int: the
+            first N scrapes answer 500, later ones 200), ``warm_blocks`` (int, default
             512), ``warm_cpu_blocks`` (int, default 4 x warm_blocks), ``token_delay_ms`` (int,
             default 10: the pace of a streamed completion).
+            ``busy_engines`` (``{engine: N}``: the first N reset calls find that engine's blocks
+            held; engine 0 follows ``busy``).
+        engines: engines (DP ranks) behind this port; engine 0 is the one ``busy`` and the
+            other counters describe.
         tls: the server speaks HTTPS (``--ssl-certfile``).
         env: the server's environment (for ``/server_info``'s ``vllm_env``).
         kv_transfer_config: the resolved ``--kv-transfer-config`` object, for
@@ -291,8 +300,10 @@ class FakeVLLM:
         tls: bool = False,
         env: dict[str, str] | None = None,
         kv_transfer_config: dict[str, Any] | None = None,
+        engines: int = 1,
     ) -> None:
         self.port = port
+        self.engines = max(1, int(engines))
         self.version = version
         self.v = parse_version(version)
         self.dev_mode = dev_mode
@@ -320,6 +331,9 @@ class FakeVLLM:
         self._c.prefix_hits = float(warm * 16)
         self._c.external_queries = float(self._c.offload_cpu_blocks * 16 * 2)
         self._c.external_hits = float(self._c.offload_cpu_blocks * 16)
+        busy_engines = {int(k): int(v or 0) for k, v in (self.overrides.get("busy_engines") or {}).items()}
+        #: engines 1.. (engine 0 is ``self._c``): [prefix_cache_blocks, busy_left, reset_calls]
+        self._others = [[warm, busy_engines.get(i, 0), 0] for i in range(1, self.engines)]
         self._total_blocks = max(4096, warm * 8)
         self._warm_usage_blocks = warm // 4
         self._created = time.time()
@@ -341,6 +355,9 @@ class FakeVLLM:
                 "reset_mm_calls": c.reset_mm_calls,
                 "reset_encoder_calls": c.reset_encoder_calls,
                 "metrics_calls": c.metrics_calls,
+                "engines": [{"engine": 0, "prefix_cache_blocks": c.prefix_cache_blocks, "reset_calls": c.reset_calls}]
+                + [{"engine": i, "prefix_cache_blocks": e[0], "reset_calls": e[2]}
+                   for i, e in enumerate(self._others, start=1)],
             }
 
     # ------------------------------------------------------------------ HTTP
@@ -463,11 +480,21 @@ class FakeVLLM:
             if local_ok:
                 c.prefix_cache_blocks = 0
                 c.cached_hashes.clear()
+            every_ok = local_ok
+            for other in self._others:  # every engine gets the call; each resets unless busy
+                other[2] += 1
+                other_busy = other[1] > 0
+                if other_busy:
+                    other[1] -= 1
+                if not other_busy or forced:
+                    other[0] = 0
+                every_ok = every_ok and (not other_busy or forced)
             if external:
                 for conn in self.connectors:
                     if reset_clears_cpu_tier(conn, v):
                         c.offload_cpu_blocks = 0
-            success = local_ok
+            # 0.32.0 ANDs every engine's answer; before, engine 0's alone (module docstring)
+            success = every_ok if v >= Version("0.32.0") else local_ok
         if v >= Version("0.26.0"):
             return _json(200, {"success": success})
         return 200, [], b""
@@ -641,11 +668,32 @@ class FakeVLLM:
                     "prompt": self._c.prompt_tokens, "generation": self._c.generation_tokens,
                     "length": float(self._c.finished_length), "stop": float(self._c.finished_stop)}
         status = self.overrides.get("metrics_status")
+        with self._lock:
+            calls = self._c.metrics_calls
+        if int(self.overrides.get("metrics_fail_first", 0) or 0) >= calls:
+            status = 500   # a transient failure: the first N scrapes answer 500
         if status is not None and int(status) != 200:
             return int(status), [("content-type", "text/plain; charset=utf-8")], b"Internal Server Error"
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_MetricsCollector(self, tokens, live))
+        registry.register(_PerEngine(_MetricsCollector(self, tokens, live), self.engines))
         return 200, [("content-type", CONTENT_TYPE_LATEST)], generate_latest(registry)
+
+
+class _PerEngine:
+    """Repeats every sample labelled ``engine="0"`` for engines 1..N-1 (vLLM labels each DP
+    engine's series with its index; the fake's counters are engine 0's)."""
+
+    def __init__(self, inner: _MetricsCollector, engines: int) -> None:
+        self.inner = inner
+        self.engines = engines
+
+    def collect(self) -> Iterable[Metric]:
+        for fam in self.inner.collect():
+            if self.engines > 1:
+                extra = [s._replace(labels=dict(s.labels, engine=str(i)))
+                         for i in range(1, self.engines) for s in fam.samples if s.labels.get("engine") == "0"]
+                fam.samples.extend(extra)
+            yield fam
 
 
 class _MetricsCollector:

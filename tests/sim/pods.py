@@ -32,6 +32,7 @@ Per-pod ``overrides`` (all optional; the scenario file passes them through):
   true`` preempts and succeeds unless ``busy_forced`` (bool) is set, then 500.
 - ``reset_delay_ms`` (int): every reset call sleeps this long (outside locks).
 - ``metrics_status`` (int): ``/metrics`` answers this HTTP status (e.g. 500).
+- ``metrics_fail_first`` (int): the first N ``/metrics`` scrapes of each port answer 500.
 - ``ports`` (list of int): API ports to serve when the command is not run (``sandbox=False``).
 - ``warm_blocks`` (int, default 512): GPU prefix-cache blocks at start;
   ``warm_cpu_blocks`` (int, default 4 x warm_blocks): CPU offload blocks at start.
@@ -288,7 +289,8 @@ class PodRuntime:
                 ports[port] = FakeVLLM(
                     port=port, version=self._version, dev_mode=dev == "on", model=server.args.model,
                     served_model_name=server.args.served_model_name, connectors=connectors,
-                    overrides=self._cache_overrides(), tls=server.args.tls, env=server.env,
+                    overrides=self._cache_overrides(server.container), tls=server.args.tls, env=server.env,
+                    engines=server.args.engines,
                 )
             if dev != "invalid":
                 self._warm_tiers(server, connectors)
@@ -296,9 +298,13 @@ class PodRuntime:
         with self._lock:
             self._ports = ports
 
-    def _cache_overrides(self) -> dict[str, Any]:
-        """The overrides given to the fake vLLMs: ``cold`` zeroes the warm GPU and CPU blocks."""
+    def _cache_overrides(self, container: str | None = None) -> dict[str, Any]:
+        """The overrides given to the fake vLLMs of ``container``: the pod's, then those of the
+        rules that matched that container (``containers``: name -> overrides, from a rule's
+        ``match.container``); ``cold`` zeroes the warm GPU and CPU blocks."""
         ov = dict(self.ctx.overrides)
+        per_container = ov.pop("containers", None) or {}
+        ov.update(per_container.get(container, {}) if container is not None else {})
         if ov.get("cold"):
             ov["warm_blocks"] = 0
             ov["warm_cpu_blocks"] = 0

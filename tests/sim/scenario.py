@@ -19,6 +19,7 @@ faults:                            # API and vLLM faults (tests/sim/faults.py)
   vllm: {fraction: 0.1, mode: error}
 drop_fields:                       # fault: served objects of a resource lose these fields
   deployments: [status.updatedReplicas, spec.selector.matchLabels]   # dotted; "\\." escapes
+gpus_per_node: 1                   # nvidia.com/gpu each node offers (unset: unlimited)
 ```
 """
 
@@ -102,7 +103,8 @@ class Scenario:
     suite's negative checks (the stored objects and the controllers are untouched).
     ``faults`` is the raw ``faults:`` mapping and ``fault_state`` its parsed, live form
     (tests/sim/faults.py); ``token_ttl`` maps a scenario user to the number of requests her
-    token serves before it answers 401."""
+    token serves before it answers 401. ``gpus_per_node``: the ``nvidia.com/gpu`` capacity of
+    every node (None: unlimited); a pod that fits on no node stays Pending, Unschedulable."""
 
     replicas: dict[tuple[str, str], int] = field(default_factory=dict)
     pods: list[PodRule] = field(default_factory=list)
@@ -112,6 +114,7 @@ class Scenario:
     drop_fields: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
     token_ttl: dict[str, int] = field(default_factory=dict)
     fault_state: Faults = field(default_factory=Faults)
+    gpus_per_node: int | None = None
 
     def replicas_for(self, kind: str, name: str) -> int | None:
         """Replica override for owner ``kind``/``name`` (kind lower-case), or None."""
@@ -124,7 +127,12 @@ class Scenario:
         network: str | None = None
         for rule in self.pods:
             if rule.match.matches(owner, ordinal, namespace, name):
+                per_container = {**overrides.get("containers", {})}
+                for cname, cov in (rule.overrides.get("containers") or {}).items():
+                    per_container[cname] = {**per_container.get(cname, {}), **cov}
                 overrides.update(rule.overrides)
+                if per_container:
+                    overrides["containers"] = per_container
                 if rule.network is not None:
                     network = rule.network
         return overrides, network
@@ -149,10 +157,16 @@ def parse_scenario(data: Any) -> Scenario:
         return Scenario()
     if not isinstance(data, dict):
         raise ScenarioError("scenario must be a mapping")
-    unknown = set(data) - {"replicas", "pods", "users", "faults", "rbac", "drop_fields"}
+    unknown = set(data) - {"replicas", "pods", "users", "faults", "rbac", "drop_fields",
+                           "gpus_per_node"}
     if unknown:
         raise ScenarioError(f"unknown scenario keys: {sorted(unknown)}")
     sc = Scenario()
+    gpus = data.get("gpus_per_node")
+    if gpus is not None:
+        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
+            raise ScenarioError("gpus_per_node must be a non-negative integer")
+        sc.gpus_per_node = gpus
     for owner, n in (data.get("replicas") or {}).items():
         if not isinstance(n, int) or n < 0:
             raise ScenarioError(f"replicas[{owner!r}] must be a non-negative integer")
@@ -163,7 +177,7 @@ def parse_scenario(data: Any) -> Scenario:
         m = rule.get("match") or {}
         if not isinstance(m, dict):
             raise ScenarioError(f"pods[{i}].match must be a mapping")
-        bad = set(m) - {"owner", "ordinal", "namespace", "name"}
+        bad = set(m) - {"owner", "ordinal", "namespace", "name", "container"}
         if bad:
             raise ScenarioError(f"pods[{i}].match: unknown keys {sorted(bad)}")
         match = PodMatch(
@@ -176,6 +190,9 @@ def parse_scenario(data: Any) -> Scenario:
         if network is not None and network not in NETWORK_FAULTS:
             raise ScenarioError(f"pods[{i}].network: unknown fault {network!r}")
         overrides = {k: v for k, v in rule.items() if k not in SIM_POD_KEYS}
+        if m.get("container"):
+            # the rule's overrides reach only the fake vLLMs of that container of the matched pods
+            overrides = {"containers": {str(m["container"]): overrides}}
         try:
             pod_faults = check_pod_faults(f"pods[{i}]", rule)
         except FaultError as e:

@@ -245,7 +245,10 @@ class ServeArgs:
     ports (``--data-parallel-start-rank`` + i), empty without multi-port; ``model``: positional or
     ``--model``; ``served_model_name``: first ``--served-model-name`` or the model;
     ``kv_transfer_config``: the parsed JSON object or None; ``kv_config_error``: why it could not
-    be parsed; ``kv_offloading_size`` in GiB; ``tls``: ``--ssl-certfile`` given (HTTPS).
+    be parsed; ``kv_offloading_size`` in GiB; ``tls``: ``--ssl-certfile`` given (HTTPS);
+    ``engines``: the engines (DP ranks) behind each API port: ``--data-parallel-size`` under
+    vLLM's internal load balancing (one API server over every rank), the local ranks under
+    ``--data-parallel-hybrid-lb``, 1 under external load balancing (a server per rank).
     """
 
     argv: tuple[str, ...]
@@ -260,6 +263,7 @@ class ServeArgs:
     kv_offloading_backend: str | None = None
     tls: bool = False
     extra: dict[str, str] = field(default_factory=dict)
+    engines: int = 1
 
     def connectors(self, env: dict[str, str] | None = None, version: str | None = None) -> list[ConnectorInfo]:
         """The server's connectors (see :func:`read_connectors`)."""
@@ -384,7 +388,15 @@ def parse_vllm_argv(argv: list[str]) -> ServeArgs | None:
         ports = tuple(port + k for k in range(local))
         ranks = tuple(start + k for k in range(local))
 
+    dp_all = max(1, _int(values.get("--data-parallel-size") or values.get("--dp"), 1))
+    dp_local = max(1, _int(values.get("--data-parallel-size-local") or values.get("--dpl"), dp_all))
+    external = any(f in flags or f in values for f in ("--data-parallel-multi-port-external-lb",
+                                                       "--data-parallel-external-lb"))
+    hybrid = "--data-parallel-hybrid-lb" in flags or "--data-parallel-hybrid-lb" in values
+    engines = 1 if external else dp_local if hybrid else dp_all
+
     return ServeArgs(
+        engines=engines,
         argv=tuple(argv),
         port=port,
         api_ports=ports,

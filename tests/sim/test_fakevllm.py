@@ -194,7 +194,7 @@ def test_reset_delay_and_thread_safety() -> None:
         t.join()
     elapsed = time.monotonic() - t0
     assert f.snapshot()["reset_calls"] == 20
-    assert elapsed < 0.5  # the delay sleeps outside the lock, so calls overlap
+    assert elapsed < 0.9  # serial calls would take at least 20 x 50 ms = 1 s: the delay sleeps outside the lock
 
 
 def test_metric_counters_never_go_down() -> None:
@@ -300,3 +300,29 @@ def test_metrics_0_32_families() -> None:
     for name in ("vllm:num_preemptions", "vllm:prompt_tokens_cached_by_source", "vllm:cache_config_info",
                  "vllm:engine_sleep_state", "vllm:time_to_first_token_seconds", "vllm:kv_cache_usage_perc"):
         assert name in fams
+
+
+@pytest.mark.parametrize(("version", "answer"), [("0.26.0", True), ("0.31.0", True), ("0.32.0", False)])
+def test_data_parallel_answer_per_version(version: str, answer: bool) -> None:
+    # four engines behind one port, engine 2 busy: each free engine resets; below 0.32.0 the
+    # answer is engine 0's alone, from 0.32.0 the AND of all four (module docstring)
+    f = FakeVLLM(port=8000, version=version, dev_mode=True, model="org/model", engines=4,
+                 overrides={"busy_engines": {2: 1}})
+    status, _, body = reset(f)
+    assert status == 200 and json.loads(body) == {"success": answer}
+    engines = f.snapshot()["engines"]
+    assert [e["engine"] for e in engines] == [0, 1, 2, 3]
+    assert [e["prefix_cache_blocks"] == 0 for e in engines] == [True, True, False, True]
+    assert all(e["reset_calls"] == 1 for e in engines)
+    status, _, body = reset(f)  # engine 2's busy spell is over
+    assert json.loads(body) == {"success": True}
+    assert all(e["prefix_cache_blocks"] == 0 for e in f.snapshot()["engines"])
+
+
+@pytest.mark.parametrize("version", ["0.26.0", "0.32.0"])
+def test_data_parallel_metrics_label_every_engine(version: str) -> None:
+    f = FakeVLLM(port=8000, version=version, dev_mode=True, model="org/model", engines=3)
+    _status, _, body = f.handle("GET", "/metrics", "", {}, b"")
+    labels = {s.labels.get("engine") for fam in text_string_to_metric_families(body.decode())
+              for s in fam.samples if fam.name == "vllm:prefix_cache_queries"}
+    assert labels == {"0", "1", "2"}

@@ -453,9 +453,10 @@ class LocalKube:
     """Runs exec argv locally with no shell; can pretend python3 is missing, time out or refuse."""
 
     def __init__(self, *, no_python: bool = False, timeout: bool = False,
-                 errors: Mapping[str, KubeApiError] | None = None) -> None:
+                 errors: Mapping[str, KubeApiError] | None = None, lose_status: bool = False) -> None:
         self.no_python = no_python
         self.timeout = timeout
+        self.lose_status = lose_status
         self.errors = dict(errors or {})
         self.calls: list[tuple[str, list[str]]] = []
 
@@ -471,6 +472,9 @@ class LocalKube:
                 return ExecResult(None, b"", b"", 'exec: "python3": executable file not found in $PATH')
             argv = [sys.executable, *argv[1:]]
         done = subprocess.run(list(argv), capture_output=True, timeout=60)
+        if self.lose_status and (argv[0] != "find" or "-delete" in argv):
+            # the command ran, its output arrived, the stream lost its Status
+            return ExecResult(None, done.stdout, done.stderr, "no exit status")
         return ExecResult(done.returncode, done.stdout, done.stderr, None)
 
 
@@ -584,3 +588,26 @@ def test_rows_and_table_escape_control_characters(tmp_path: Path) -> None:
     refused = FsVolumeTarget(key="r", namespace="llm", volume=None, root="relative", volume_path=None,
                              exec_pod=None, container=None, pods=("p",), refusal="relative")
     assert fs_row(refused)["result"] == "refused" and fs_row(refused)["message"] == "relative"
+
+
+@pytest.mark.parametrize("no_python", [False, True])
+def test_run_fs_clear_without_exit_status_is_unconfirmed(tmp_path: Path, no_python: bool) -> None:
+    if no_python and not shutil.which("find"):
+        pytest.skip("find is missing")
+    root = tmp_path / "tier"
+    make_tree(root, tmp_path / "outside")
+    res = run_fs_clear(LocalKube(lose_status=True, no_python=no_python), target_for(root))  # type: ignore[arg-type]
+    assert res.result == "unconfirmed", res
+    assert "without an exit status" in (res.message or "") and "?" not in (res.message or "")
+    assert list(root.iterdir()) == []  # it did delete; only the confirmation is missing
+
+
+def test_run_fs_clear_lost_status_before_any_answer_is_failed_with_reason(tmp_path: Path) -> None:
+    class Cut(LocalKube):
+        def exec_command(self, namespace: str, pod: str, container: str, argv: Sequence[str],
+                         *, timeout_s: float = 60.0) -> ExecResult:
+            return ExecResult(None, b"", b"", None)
+
+    res = run_fs_clear(Cut(), target_for(tmp_path))  # type: ignore[arg-type]
+    assert res.result == "failed" and res.message
+    assert "without an exit status" in res.message and "?" not in res.message and "None" not in res.message

@@ -564,3 +564,16 @@ def test_shell_metachar_soup(first: str, data: Any) -> None:
         parse_argv(["sh", "-c", script], {"A": "2"})
     except ServeCommandError:
         pass
+
+
+@pytest.mark.parametrize(("flags", "engines"), [
+    ([], 1),
+    (["--data-parallel-size", "4"], 4),                       # internal LB: one server, every rank
+    (["-dp", "4", "-dpl", "2"], 4),                           # still internal: the head balances over all
+    (["-dp", "4", "-dpl", "2", "--data-parallel-hybrid-lb"], 2),  # the node's local ranks
+    (["-dp", "4", "--data-parallel-external-lb"], 1),         # a server per rank
+    (["-dp", "4", "--data-parallel-multi-port-external-lb", "-dpl", "4"], 1),
+])
+def test_engines_behind_each_port(flags: list[str], engines: int) -> None:
+    cfg = parse_argv(["vllm", "serve", "org/model", *flags], {})
+    assert cfg is not None and cfg.engines_per_port == engines
