@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -983,6 +984,36 @@ class Kube:
         """
         return _exec(self, namespace, pod, container, argv, timeout_s)
 
+    def service_proxy(self, namespace: str, service: str, port: int | str, method: str, path: str,
+                      query: Sequence[tuple[str, str]] = (), *, body: bytes | None = None,
+                      content_type: str | None = None, timeout_s: float | None | bool = False) -> HttpAnswer:
+        """Send an HTTP request to a Service port through the API server's service proxy
+        (``/api/v1/namespaces/NS/services/NAME:PORT/proxy/PATH``; the API server picks one ready
+        endpoint). RBAC: ``create`` on ``services/proxy`` for POST, ``get`` for GET.
+
+        Raises:
+            KubeConnectionError: the API server itself could not be reached in time.
+        """
+        url = (f"/api/v1/namespaces/{quote(namespace, safe='')}/services/"
+               f"{quote(f'{service}:{port}', safe=':')}/proxy" + quote(path, safe="/"))
+        return self.request(method, url, query=query, body=body, accept="*/*", timeout_s=timeout_s,
+                            retry_server_errors=False, content_type=content_type)
+
+    def port_forward_socket(self, namespace: str, pod: str, port: int, *, timeout_s: float = 30.0) -> socket.socket:
+        """A connected stream socket whose bytes go to ``pod:port`` over ``pods/portforward``
+        (WebSocket ``v4.channel.k8s.io``, as :meth:`port_forward_http`): one end of a
+        ``socket.socketpair()``, the other end pumped to and from the stream by two daemon
+        threads. Any client library that takes a socket (a RESP client, TLS wrapping) works on
+        it; closing it ends the stream. ``timeout_s`` bounds the upgrade only.
+
+        RBAC: ``get`` and ``create`` on ``pods/portforward``.
+
+        Raises:
+            KubeApiError: the upgrade was refused. KubeConnectionError: the API server could not
+            be reached, or the pod refused the port (the error channel's text).
+        """
+        return _port_forward_socket(self, namespace, pod, port, timeout_s)
+
     def port_forward_http(self, namespace: str, pod: str, port: int, method: str, path: str,
                           query: Sequence[tuple[str, str]] = (), *, timeout_s: float = 30.0) -> HttpAnswer:
         """Send one HTTP request to ``pod:port`` over ``pods/portforward`` (WebSocket,
@@ -1221,6 +1252,50 @@ def _port_forward_http(kube: Kube, namespace: str, pod: str, port: int, request:
     if error and not data:
         raise KubeConnectionError(f"port-forward to {pod}:{port}: {error.decode('utf-8', 'replace').strip()}")
     return bytes(data)
+
+
+def _port_forward_socket(kube: Kube, namespace: str, pod: str, port: int, timeout_s: float) -> socket.socket:
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/portforward"
+    chans = _Channels(kube, path, [("ports", str(port))], timeout_s, ["v4.channel.k8s.io"])
+    ours, theirs = socket.socketpair()
+    seen_header = {0: False, 1: False}
+
+    def inbound() -> None:
+        error = bytearray()
+        try:
+            for channel, payload in chans.frames(None):
+                if channel in seen_header and not seen_header[channel]:
+                    seen_header[channel] = True
+                    payload = payload[2:]
+                if channel == 0 and payload:
+                    theirs.sendall(payload)
+                elif channel == 1:
+                    error += payload
+        except (OSError, TimeoutError):
+            pass
+        finally:
+            chans.close()
+            try:
+                theirs.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            theirs.close()
+
+    def outbound() -> None:
+        try:
+            while True:
+                data = theirs.recv(65536)
+                if not data:
+                    break
+                chans.send(0, data)
+        except Exception:  # the stream or the pair closed: the other pump ends too
+            pass
+        finally:
+            chans.close()
+
+    threading.Thread(target=inbound, name=f"pf-in-{pod}:{port}", daemon=True).start()
+    threading.Thread(target=outbound, name=f"pf-out-{pod}:{port}", daemon=True).start()
+    return ours
 
 
 def _http_complete(raw: bytes) -> bool:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from .clear_store import shared_option
 from .options import (
     EXIT_CODES_HELP,
     INTERRUPTED,
@@ -52,7 +53,8 @@ def dev_mode_on(pod: VllmPod) -> bool | None:
         "Each API port gets POST /reset_prefix_cache?reset_external=true (and /reset_mm_cache, "
         "/reset_encoder_cache where the version has them) through the API server's pod proxy; "
         "no curl is needed in the image. Each row says which tiers were emptied and which were "
-        "left, with the step that would empty them. " + EXIT_CODES_HELP
+        "left, with the step that would empty them. Then the shared stores the targets use are "
+        "cleared as clear-store does (StoreClear rows after the CacheReset rows). " + EXIT_CODES_HELP
     ),
 )
 @target_options
@@ -70,6 +72,7 @@ def dev_mode_on(pod: VllmPod) -> bool | None:
 @rollout_timeout_option("How long to wait for a restart or dev-mode rollout to complete.")
 @model_only_option("clear-fs step: delete only the served model's directories in an FS tier.")
 @whole_tier_option
+@shared_option
 @click.option("--dry-run", is_flag=True, help="Print each pod's plan (steps, tiers emptied and left); change nothing.")
 @yes_option
 @output_option
@@ -86,6 +89,7 @@ def command(**params: Any) -> None:
     a restart empties or dev mode is off, the disruptive fallback the user allowed.
     """
     from ..job import ClearOptions, plan, plan_report, replan, run
+    from ..job.storeclear import ChainedReport, plan_store, run_store
     from ..kube import parse_duration
     from ..report import ExitCode
     from .context import complete, exit_if_empty
@@ -106,9 +110,16 @@ def command(**params: Any) -> None:
     ctx = narrow_containers(complete(params, default_all=False), params["container"])
     exit_if_empty(ctx, required=True, output=params["output"])
     the_plan = plan(ctx, options, cancel=INTERRUPTED, fallback_chosen=chosen)
+    stores = plan_store(ctx, shared=params["shared"])
+    for note in stores.notes:
+        if note.startswith("note:"):
+            info(note)
     if params["dry_run"]:
-        emit(plan_report(the_plan), params["output"], empty_message="Nothing to do.")
+        store_rows = run_store(stores, dry_run=True, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED)
+        emit(ChainedReport([plan_report(the_plan), store_rows]), params["output"], empty_message="Nothing to do.")
     if interactive:
+        if stores.calls:
+            info(stores.report().render("table").rstrip())
         confirmed = confirm(the_plan, replan, plan_report)
         if confirmed is None:
             info("nothing changed")
@@ -120,7 +131,8 @@ def command(**params: Any) -> None:
     outcome = run(the_plan, INTERRUPTED, progress=info if sys.stderr.isatty() else None)
     for note in outcome.notes:
         info(note)
-    emit(outcome.report, params["output"], empty_message="No vLLM server pods targeted.")
+    store_rows = run_store(stores, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED)
+    emit(ChainedReport([outcome.report, store_rows]), params["output"], empty_message="No vLLM server pods targeted.")
 
 
 def confirm(the_plan: Plan, replan: Callable[[Plan, str], Plan], plan_report: Callable[[Plan], Report]) -> Plan | None:

@@ -360,7 +360,7 @@ def test_completion_helper_completes_commands_flags_and_owners(installed: Path, 
         lines = done.stdout.splitlines()
         return [line.split("\t")[0] for line in lines[:-1]], lines[-1]
 
-    assert complete("cl") == (["clear", "clear-fs"], ":4")
+    assert complete("cl") == (["clear", "clear-fs", "clear-store"], ":4")
     values, directive = complete("clear", "--tr")
     assert values == ["--transport"] and directive == ":4"
     assert complete("clear", "--transport", "") == (["auto", "proxy", "exec", "port-forward"], ":4")
@@ -408,4 +408,4 @@ def test_completion_in_process_with_a_fake_cluster(capsys: pytest.CaptureFixture
     assert values("nosuchcommand", "") == []
     assert completion.format_cobra([completion.Candidate("x", "two\twords\nhere")], 4) == "x\ttwo words here\n:4\n"
     assert completion.main(["__completeNoDesc", "cle"]) == 0
-    assert capsys.readouterr().out == "clear\nclear-fs\n:4\n"
+    assert capsys.readouterr().out == "clear\nclear-fs\nclear-store\n:4\n"

@@ -74,7 +74,7 @@ def test_completion_for_both_placements() -> None:
         return [c.value for c in completion.complete(list(words), lister=lister)[0]]
 
     assert values("-n", "") == ["a", "b"]
-    assert values("-n", "x", "cl") == ["clear", "clear-fs"]
+    assert values("-n", "x", "cl") == ["clear", "clear-fs", "clear-store"]
     assert values("-n", "x", "clear", "deployment/p") == ["deployment/pre"]
     assert ("deployments", "x") in seen
     assert values("--context", "c", "-n", "y", "restart", "") == ["dec", "pre"]

@@ -1,0 +1,90 @@
+"""``kubectl kvreset clear-store``: empty the shared stores outside the pods that the targets use."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from .options import (
+    EXIT_CODES_HELP,
+    INTERRUPTED,
+    concurrency_option,
+    emit,
+    handle_errors,
+    info,
+    kube_flags,
+    output_option,
+    target_options,
+    yes_option,
+)
+
+__all__ = ["command", "shared_option"]
+
+
+def shared_option(func: Any) -> Any:
+    """``--shared-stores``: clear a store even when pods outside the targets use it."""
+    return click.option(
+        "--shared-stores", "shared", is_flag=True,
+        help="Also clear what pods outside the targets use: a model's keys that an untargeted pod of "
+             "the same model shares, and store-wide clears (Mooncake remove_all) of a store any "
+             "untargeted pod (or an unlistable namespace) may use.")(func)
+
+
+@click.command(
+    "clear-store",
+    epilog=(
+        "\b\nExamples:\n"
+        "  kubectl kvreset clear-store -n llm-d --all\n"
+        "  kubectl kvreset clear-store deployment/ms-decode --dry-run -o yaml\n"
+        "  kubectl kvreset clear-store -n llm-d --all --shared-stores --yes\n\n"
+        "Stores come from the vLLM pods' configuration: LMCache's remote_url (kv_connector_extra_config "
+        "lmcache.*, LMCACHE_* env, the LMCACHE_CONFIG_FILE YAML in its ConfigMap/Secret volume) and "
+        "Mooncake's MOONCAKE_CONFIG_PATH JSON. Each address is resolved to a Service or pod of the "
+        "cluster. Redis/Valkey: the keys of the targets' models (SCAN MATCH '<model>@*' + UNLINK over "
+        "port-forward), counted before and after. Mooncake master: POST /api/v1/remove_all?force=true "
+        "on its admin port through the pod proxy, confirmed by master_key_count. A clear that would "
+        "remove what pods outside the targets use is left unless --shared-stores is given. "
+        + EXIT_CODES_HELP
+    ),
+)
+@target_options
+@shared_option
+@click.option("--timeout", "call_timeout", default="30s", show_default=True, metavar="DURATION",
+              help="Bound on each call to a store.")
+@click.option("--dry-run", is_flag=True, help="Print one row per store call (with the stores' counts); change nothing.")
+@yes_option
+@output_option
+@concurrency_option
+@kube_flags
+@handle_errors
+def command(**params: Any) -> None:
+    """Empty the shared KV stores (Redis/Valkey, Mooncake) the targeted vLLM pods use.
+
+    Targets are OWNER arguments (deployment/NAME, leaderworkerset/NAME, pod/NAME; a bare name
+    is a Deployment), --all or -l SELECTOR.
+    """
+    from ..job.storeclear import plan_store, run_store
+    from ..kube import parse_duration
+    from ..report import ExitCode
+    from .context import complete, exit_if_empty
+
+    timeout = parse_duration(params["call_timeout"], default=30.0) or 30.0
+    ctx = complete(params, default_all=False)
+    exit_if_empty(ctx, required=True, output=params["output"])
+    plan = plan_store(ctx, shared=params["shared"])
+    for note in plan.notes:
+        info(note)
+    if params["dry_run"]:
+        report = run_store(plan, dry_run=True, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED,
+                           timeout_s=timeout)
+        emit(report, params["output"], empty_message="Nothing to do.")
+        return
+    if sys.stdin.isatty() and not params["yes"] and plan.calls:
+        info(plan.report().render("table").rstrip())
+        if not click.confirm("Clear these stores?", default=False, err=True):
+            info("nothing changed")
+            sys.exit(int(ExitCode.FAILED))
+    report = run_store(plan, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED, timeout_s=timeout)
+    emit(report, params["output"], empty_message="Nothing to do.")

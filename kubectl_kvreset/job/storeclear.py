@@ -1,0 +1,181 @@
+"""The clear-store job: the shared stores outside the pods that the targets use
+(:mod:`kubectl_kvreset.stores`), one call per store and scope, and its ``StoreClear`` rows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..pool import Cancel, NotRun, parallel
+from ..report import Column, ExitCode, Report
+from ..stores.calls import StoreCall, plan_calls
+from ..stores.clear import StoreResult, run_call
+from ..stores.find import find_stores
+from .scope import Scope
+
+__all__ = ["ChainedReport", "StorePlan", "columns", "plan_store", "run_store", "store_row"]
+
+
+def columns(scope: str | None) -> list[Column]:
+    """Columns of the ``StoreClear`` table (NAMESPACE only with ``-A``)."""
+    cols = [Column("NAMESPACE", "namespace"), Column("STORE", "store"), Column("ADDRESS", "address"),
+            Column("RESOLVED", "resolved"), Column("SCOPE", "scope"), Column("METHOD", "method", wide=True),
+            Column("TARGETED PODS", "targeted_pods", wide=True), Column("OTHER PODS", "other_pods", wide=True),
+            Column("BEFORE", "before"), Column("AFTER", "after"), Column("UNIT", "unit", wide=True),
+            Column("VIA", "via", wide=True), Column("RESULT", "result"), Column("MESSAGE", "message")]
+    return cols[1:] if scope is not None else cols
+
+
+def store_row(call: StoreCall, outcome: StoreResult | None = None) -> dict[str, Any]:
+    """One ``StoreClear`` row: the plan (``planned`` or ``left``) or, with ``outcome``, what
+    happened (``emptied``, ``left``, ``failed``).
+
+    Keys: namespace (of the first targeted user), store (kind), address (without credentials),
+    resolved (``service NS/NAME``, ``pod NS/NAME``, ``outside the cluster``), scope
+    (``model M`` or ``store``), model, method, targeted_pods, other_pods, before, after, unit,
+    via, result, message.
+    """
+    store = call.store
+    targeted = [f"{p.namespace}/{p.name}" for p in store.targeted()]
+    if outcome is None:
+        result = "left" if call.blocked else "planned"
+        message = call.blocked
+        before = after = None
+        via = None
+        unit = "keys"
+    else:
+        result, message, before, after, via, unit = (outcome.result, outcome.message, outcome.before,
+                                                    outcome.after, outcome.via, outcome.unit)
+    notes = [n for n in store.notes if n]
+    return {
+        "namespace": store.targeted()[0].namespace if store.targeted() else "",
+        "store": store.kind.value,
+        "address": store.address.display() if store.address else None,
+        "resolved": store.resolution.describe(),
+        "scope": f"model {call.model}" if call.scope == "model" else call.scope,
+        "model": call.model,
+        "method": call.method,
+        "targeted_pods": targeted,
+        "other_pods": list(call.others),
+        "before": before,
+        "after": after,
+        "unit": unit,
+        "via": via,
+        "result": result,
+        "message": "; ".join([m for m in [message] if m] + notes) or None,
+    }
+
+
+def row_code(outcome: StoreResult) -> ExitCode:
+    """0 when emptied (or planned), 1 when left or failed."""
+    return ExitCode.OK if outcome.result in ("emptied", "planned") else ExitCode.FAILED
+
+
+@dataclass(frozen=True)
+class StorePlan:
+    """What clear-store will do: the ``calls`` (each with its consent decision) and the
+    ``notes`` to show first (configuration that could not be read)."""
+
+    scope: Scope
+    calls: tuple[StoreCall, ...]
+    notes: tuple[str, ...]
+    unknown: tuple[str, ...] = ()
+
+    def report(self) -> Report:
+        """The plan as ``StoreClear`` rows (``planned`` or ``left``)."""
+        plan = Report("StoreClear", columns(self.scope.namespace))
+        for call in self.calls:
+            plan.add(store_row(call), ExitCode.FAILED if call.blocked else ExitCode.OK)
+        add_unknown(plan, self)
+        return plan
+
+
+def add_unknown(report: Report, plan: StorePlan) -> None:
+    """One ``left`` row per targeted pod whose store configuration could not be read (a
+    ConfigMap or Secret not permitted or absent, a file on a volume the API cannot read): its
+    stores may be full, so the run fails."""
+    for text in plan.unknown:
+        pod, _, why = text.partition(": ")
+        report.add({"namespace": pod.split("/")[0], "store": "unknown", "address": None, "resolved": None,
+                    "scope": None, "model": None, "method": None, "targeted_pods": [pod], "other_pods": [],
+                    "before": None, "after": None, "unit": None, "via": None, "result": "left",
+                    "message": f"the stores this pod uses could not be read: {why}"}, ExitCode.FAILED)
+
+
+def plan_store(scope: Scope, *, shared: bool = False, extra_universe: Sequence[Any] = ()) -> StorePlan:
+    """Find the stores the targeted pods use and plan one call per store and scope.
+
+    Every vLLM pod the plugin can list (all namespaces when permitted) counts as a possible
+    other user, not only those of the command's namespace.
+
+    Raises:
+        kubectl_kvreset.kube.KubeConnectionError: the API server did not answer a list.
+    """
+    from ..discovery import discover
+    from ..kube import KubeApiError
+    from ..stores.find import may_use_stores, pod_stores
+
+    cache: dict[Any, Any] = {}
+    named: list[str] = []
+    unknown: list[str] = []
+    for pod in scope.pods:
+        if may_use_stores(pod):
+            uses, pod_notes = pod_stores(scope.kube, pod, cache)
+            named += [u.kind.value for u in uses if u.address is not None]
+            for use in uses:
+                if use.address is None:
+                    unknown.append(f"{pod.namespace}/{pod.name}: " + "; ".join([*use.notes, *pod_notes]))
+    if not named:
+        return StorePlan(scope, (), ("The targeted pods use no shared store outside the pods.",), tuple(unknown))
+    universe = list(scope.universe)
+    notes: list[str] = []
+    try:
+        seen = {p.uid for p in universe}
+        universe += [p for p in discover(scope.kube, None) if p.uid not in seen]
+    except KubeApiError as exc:
+        why = "not permitted" if exc.status == 403 else str(exc)
+        notes.append(f"note: the vLLM pods of other namespaces cannot be listed ({why}); pods there may use "
+                     "the same stores")
+    universe += list(extra_universe)
+    stores, find_notes = find_stores(scope.kube, universe, {p.uid for p in scope.pods})
+    notes.extend(f"note: {n}" for n in find_notes)
+    calls = plan_calls(stores, shared=shared)
+    return StorePlan(scope, tuple(calls), tuple(notes), tuple(unknown))
+
+
+def run_store(plan: StorePlan, *, dry_run: bool = False, max_concurrency: int = 8,
+              cancel: Cancel | None = None, timeout_s: float = 30.0) -> Report:
+    """Make every call of ``plan`` (``dry_run``: only count), in parallel; the ``StoreClear``
+    report. Never raises for a store's failure: its row says it."""
+    kube = plan.scope.kube
+    results = parallel(plan.calls, lambda c: run_call(kube, c, dry_run=dry_run, timeout_s=timeout_s),
+                       max_concurrency, cancel)
+    report = Report("StoreClear", columns(plan.scope.namespace))
+    for call, outcome in zip(plan.calls, results, strict=True):
+        if isinstance(outcome, NotRun):
+            row = store_row(call)
+            row.update(result="interrupted", message="not run: interrupted")
+            report.add(row, ExitCode.INTERRUPTED)
+            continue
+        report.add(store_row(call, outcome), row_code(outcome))
+    add_unknown(report, plan)
+    return report
+
+
+class ChainedReport(Report):
+    """Several reports as one (``clear``: the ``CacheReset`` rows, then the ``StoreClear``
+    rows): ``json``/``yaml`` print one list of every row, a table prints each part in turn;
+    the exit code combines every row's."""
+
+    def __init__(self, parts: Sequence[Report]) -> None:
+        """``parts``: the reports in order (at least one)."""
+        super().__init__(parts[0].kind, parts[0].columns, [r for p in parts for r in p.rows],
+                         [c for p in parts for c in p.codes])
+        self.parts = list(parts)
+
+    def render(self, fmt: str) -> str:
+        """As :meth:`Report.render`; tables of the parts that have rows, a blank line between."""
+        if fmt not in ("table", "wide"):
+            return super().render(fmt)
+        return "\n".join(p.render(fmt) for p in self.parts if p.rows)

@@ -1,0 +1,108 @@
+"""Which store calls a clear makes, and the consent rule (DESIGN §6 "Consent").
+
+A clear runs without a flag when everything it removes belongs to the targets:
+
+* per model (Redis/Valkey ``<model>@*``): no untargeted pod serves that model against that store;
+* store-wide (Mooncake ``remove_all``, an MP server's L1, InfiniStore's purge): no untargeted
+  pod uses the store at all.
+
+Namespaces the plugin cannot list count as possible other users. Otherwise the call needs
+``--shared-stores`` (:data:`SHARED_FLAG`) and, without it, the store is reported ``left`` naming
+the flag and the other users.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..pods import VllmPod
+from .config import StoreKind
+from .find import FoundStore
+from .resolve import remedy
+
+__all__ = ["SHARED_FLAG", "StoreCall", "plan_calls"]
+
+SHARED_FLAG = "--shared-stores"
+
+#: Kinds this version clears; the others are reported left with what would clear them.
+CLEARED_KINDS = frozenset({StoreKind.REDIS, StoreKind.VALKEY, StoreKind.MOONCAKE})
+
+
+@dataclass(frozen=True)
+class StoreCall:
+    """One clear of one store, planned.
+
+    Attributes:
+        store: the store and its users.
+        scope: ``"model"``, ``"store"`` (what the call removes).
+        model: for ``scope == "model"``: the model whose keys go.
+        method: the call, e.g. ``SCAN MATCH 'm@*' + UNLINK`` or
+            ``POST /api/v1/remove_all?force=true``.
+        blocked: why the call is not made (consent, outside the cluster, not supported), or
+            None when it runs.
+        others: untargeted pods (``ns/name``) the call would reach.
+    """
+
+    store: FoundStore
+    scope: str
+    model: str | None
+    method: str
+    blocked: str | None = None
+    others: tuple[str, ...] = ()
+
+
+def _names(pods: Sequence[VllmPod]) -> tuple[str, ...]:
+    return tuple(f"{p.namespace}/{p.name}" for p in pods)
+
+
+def _method(store: FoundStore, model: str | None) -> str:
+    if store.kind in (StoreKind.REDIS, StoreKind.VALKEY):
+        from .redisclear import model_pattern
+
+        cluster = str((store.users[0].use.extra or {}).get("valkey_mode", "")).lower() == "cluster"
+        return f"SCAN MATCH '{model_pattern(model or '', cluster=cluster)}' + UNLINK"
+    if store.kind is StoreKind.MOONCAKE:
+        return "POST /api/v1/remove_all?force=true"
+    return "-"
+
+
+def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
+    """The calls for ``stores`` (one per model for Redis/Valkey, one per store otherwise),
+    each with its consent decision; ``shared`` is :data:`SHARED_FLAG`.
+
+    Never raises: what cannot be done is a call with ``blocked`` set.
+    """
+    calls: list[StoreCall] = []
+    for store in stores:
+        res = store.resolution
+        outside = None
+        if res.kind == "outside":
+            outside = f"{res.message}; {remedy(store.kind, store.address)}"
+        if store.kind in (StoreKind.REDIS, StoreKind.VALKEY):
+            models = list(dict.fromkeys(u.use.model for u in store.users if u.targeted))
+            for model in models:
+                others = _names(store.others(model))
+                blocked = outside
+                if blocked is None and model is None:
+                    blocked = "the model name is unknown: a per-model clear is impossible"
+                elif outside is not None:
+                    blocked = f"{res.message}; {remedy(store.kind, store.address, model=model)}"
+                elif others and not shared:
+                    blocked = (f"{len(others)} pod(s) outside the targets serve {model} against this store "
+                               f"({', '.join(others)}): give {SHARED_FLAG} to remove its keys anyway")
+                calls.append(StoreCall(store, "model", model, _method(store, model), blocked, others))
+            continue
+        others = _names(store.others())
+        blocked = outside
+        if store.kind not in CLEARED_KINDS:
+            blocked = blocked or f"not cleared by this version; {remedy(store.kind, store.address)}"
+        elif blocked is None and not shared:
+            if others:
+                blocked = (f"store-wide clear, and {len(others)} pod(s) outside the targets use this store "
+                           f"({', '.join(others)}): give {SHARED_FLAG} to empty it anyway")
+            elif store.unlisted:
+                blocked = (f"store-wide clear, and namespaces that cannot be listed ({', '.join(store.unlisted)}) "
+                           f"may hold other users: give {SHARED_FLAG} to empty it anyway")
+        calls.append(StoreCall(store, "store", None, _method(store, None), blocked, others))
+    return calls

@@ -1,0 +1,216 @@
+"""Finding the shared stores of the vLLM pods through the API (DESIGN §6 "Finding them").
+
+Reads the ConfigMaps and Secrets the vLLM containers' env and configuration files name
+(``get`` on configmaps/secrets), lists Services, EndpointSlices and pods across namespaces
+(falling back to the vLLM pods' namespaces, which are then noted as a limit), and groups every
+vLLM pod the plugin can see by the store it uses, so the consent rule can tell the targeted
+users of a store from the others.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..kube import Kube, KubeApiError
+from ..pods import VllmPod
+from .config import (
+    LMCACHE_CONNECTORS,
+    LMCACHE_MP_CONNECTOR,
+    MOONCAKE_STORE_CONNECTOR,
+    Address,
+    FileSource,
+    StoreKind,
+    StoreUse,
+    Unread,
+    file_source,
+    resolve_env,
+    stores_of,
+    wanted_files,
+)
+from .resolve import ClusterIndex, Resolution
+
+__all__ = ["FoundStore", "StoreUser", "cluster_index", "find_stores", "may_use_stores", "pod_stores"]
+
+#: Connectors whose configuration can name a store outside the pod.
+STORE_CONNECTORS = frozenset({*LMCACHE_CONNECTORS, LMCACHE_MP_CONNECTOR, MOONCAKE_STORE_CONNECTOR})
+
+
+def may_use_stores(pod: VllmPod) -> bool:
+    """Whether the pod runs a connector that can use a shared store (LMCache in-process or MP,
+    MooncakeStoreConnector); only those pods' ConfigMaps and Secrets are read."""
+    return bool(STORE_CONNECTORS & set(pod.layout.connectors))
+
+
+@dataclass(frozen=True)
+class StoreUser:
+    """One vLLM pod's use of a store: the ``pod``, what its configuration says (``use``), and
+    whether the command targets it."""
+
+    pod: VllmPod
+    use: StoreUse
+    targeted: bool
+
+
+@dataclass(frozen=True)
+class FoundStore:
+    """One store and every visible vLLM pod that uses it.
+
+    Attributes:
+        kind: the store kind.
+        address: the address as the first targeted user's configuration names it.
+        resolution: where it leads in the cluster (see :class:`~.resolve.Resolution`).
+        users: the pods using it, targeted or not, in discovery order.
+        unlisted: namespaces that could not be listed: possible other users.
+    """
+
+    kind: StoreKind
+    address: Address | None
+    resolution: Resolution
+    users: tuple[StoreUser, ...]
+    unlisted: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    def others(self, model: str | None = None) -> list[VllmPod]:
+        """Untargeted users (of ``model`` only, when given)."""
+        return [u.pod for u in self.users if not u.targeted and (model is None or u.use.model == model)]
+
+    def targeted(self) -> list[VllmPod]:
+        """Targeted users."""
+        return [u.pod for u in self.users if u.targeted]
+
+
+def _lookup_for(kube: Kube, namespace: str, cache: dict[tuple[str, str, str], Any]) -> Any:
+    def lookup(kind: str, name: str) -> Mapping[str, str]:
+        key = (namespace, kind, name)
+        if key not in cache:
+            plural = "configmaps" if kind == "ConfigMap" else "secrets"
+            try:
+                obj = kube.get_object("v1", plural, namespace, name)
+            except KubeApiError as exc:
+                cache[key] = PermissionError(str(exc)) if exc.status == 403 else KeyError(name)
+            else:
+                data = dict(obj.get("data") or {})
+                if kind == "Secret":
+                    data = {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in data.items()}
+                cache[key] = data
+        value = cache[key]
+        if isinstance(value, Exception):
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    return lookup
+
+
+def pod_stores(kube: Kube, pod: VllmPod, cache: dict[tuple[str, str, str], Any]) -> tuple[list[StoreUse], list[str]]:
+    """The stores one vLLM pod's configuration names, with the notes of what could not be read
+    (a ConfigMap/Secret not permitted or absent, a file on a volume the API cannot read)."""
+    raw = pod.raw
+    container: Mapping[str, Any] = next((c for c in (raw.get("spec") or {}).get("containers") or [] if c.get("name") == pod.container), {})
+    lookup = _lookup_for(kube, pod.namespace, cache)
+    env, notes = resolve_env(raw, container, lookup)
+    env.update(pod.serve.env)
+    files: dict[str, Any] = {}
+    for _var, path in wanted_files(env):
+        src = file_source(raw, container, path)
+        if isinstance(src, FileSource):
+            try:
+                data = lookup(src.kind, src.name)
+            except PermissionError as exc:
+                files[path] = Unread(f"not permitted to read {src.kind}/{src.name} ({exc})")
+                continue
+            except KeyError:
+                files[path] = Unread(f"{src.kind}/{src.name} does not exist")
+                continue
+            files[path] = (data[src.key] if src.key in data
+                           else Unread(f"key {src.key!r} absent from {src.kind}/{src.name}"))
+        else:
+            files[path] = Unread(src)
+    uses = stores_of(pod.serve.kv_transfer_config, env, files, model=pod.serve.model, argv=pod.serve.argv)
+    return uses, notes
+
+
+def cluster_index(kube: Kube, namespaces: Sequence[str]) -> ClusterIndex:
+    """Services, EndpointSlices and pods of every namespace, else of ``namespaces`` (those that
+    cannot be listed either are recorded in ``unlisted``)."""
+    try:
+        return ClusterIndex(kube.list_items("v1", "services", None),
+                            kube.list_items("discovery.k8s.io/v1", "endpointslices", None),
+                            kube.list_items("v1", "pods", None))
+    except KubeApiError as exc:
+        if exc.status != 403:
+            raise
+    services: list[dict[str, Any]] = []
+    slices: list[dict[str, Any]] = []
+    pods: list[dict[str, Any]] = []
+    unlisted = ["(other namespaces)"]
+    denied: list[str] = []
+    for ns in dict.fromkeys(namespaces):
+        try:
+            found = (kube.list_items("v1", "services", ns),
+                     kube.list_items("discovery.k8s.io/v1", "endpointslices", ns),
+                     kube.list_items("v1", "pods", ns))
+        except KubeApiError as exc:
+            if exc.status != 403:
+                raise
+            unlisted.append(ns)
+            denied.append(str(exc))
+            continue
+        services += found[0]
+        slices += found[1]
+        pods += found[2]
+    return ClusterIndex(services, slices, pods, unlisted, denied)
+
+
+def _identity(use: StoreUse, res: Resolution) -> tuple[Any, ...]:
+    """What makes two uses the same store: the kind and the Service/pod reached (an outside
+    address by its text; a Redis database number too; the worker API is per pod)."""
+    db = use.address.db if use.address else None
+    if use.kind is StoreKind.LMCACHE_WORKER:
+        return (use.kind, "pod", res.namespace, res.name)
+    if res.kind == "outside":
+        return (use.kind, "outside", use.address.display() if use.address else "", db)
+    port = res.service_port if res.kind == "service" else (use.address.port if use.address else None)
+    return (use.kind, res.kind, res.namespace, res.name, port, db)
+
+
+def find_stores(kube: Kube, universe: Sequence[VllmPod], targeted_uids: set[str],
+                index: ClusterIndex | None = None) -> tuple[list[FoundStore], list[str]]:
+    """Every store the visible vLLM pods use, with its users; only stores at least one
+    targeted pod uses are returned.
+
+    Args:
+        universe: every vLLM pod the plugin can see (targeted or not).
+        targeted_uids: uids of the targeted pods.
+        index: the cluster's Services/pods (read when None).
+
+    Returns:
+        ``(stores, notes)``; notes say what configuration could not be read, per pod.
+    """
+    universe = [p for p in universe if may_use_stores(p)]
+    if not any(p.uid in targeted_uids for p in universe):
+        return [], []
+    if index is None:
+        index = cluster_index(kube, [p.namespace for p in universe])
+    cache: dict[tuple[str, str, str], Any] = {}
+    groups: dict[tuple[Any, ...], tuple[StoreUse, Resolution, list[StoreUser]]] = {}
+    notes: list[str] = []
+    for pod in universe:
+        uses, pod_notes = pod_stores(kube, pod, cache)
+        notes.extend(f"{pod.namespace}/{pod.name}: {n}" for n in pod_notes)
+        for use in uses:
+            if use.address is None:
+                if pod.uid in targeted_uids:
+                    notes.extend(f"{pod.namespace}/{pod.name}: {n}" for n in use.notes)
+                continue
+            res = index.resolve(use.address, pod.raw)
+            key = _identity(use, res)
+            entry = groups.setdefault(key, (use, res, []))
+            entry[2].append(StoreUser(pod, use, pod.uid in targeted_uids))
+    stores = [FoundStore(use.kind, next(u.use.address for u in users if u.targeted), res, tuple(users),
+                         tuple(index.unlisted),
+                         tuple(dict.fromkeys(n for u in users if u.targeted for n in u.use.notes)))
+              for use, res, users in groups.values() if any(u.targeted for u in users)]
+    return stores, notes
