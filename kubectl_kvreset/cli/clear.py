@@ -89,6 +89,8 @@ def command(**params: Any) -> None:
     a restart empties or dev mode is off, the disruptive fallback the user allowed.
     """
     from ..job import ClearOptions, plan, plan_report, replan, run
+    from ..job.outcome import with_store_results
+    from ..job.resetconsent import reset_holds
     from ..job.storeclear import ChainedReport, plan_store, run_store
     from ..kube import parse_duration
     from ..report import ExitCode
@@ -104,13 +106,14 @@ def command(**params: Any) -> None:
         busy_timeout_s=parse_duration(params["busy_timeout"], default=30.0) or 0.0,
         rollout_timeout_s=parse_duration(params["timeout"], default=300.0) or 0.0,
         model_only=params["model_only"], whole_tier=params["whole_tier"], max_concurrency=params["max_concurrency"],
-        probe_all=interactive or params["dry_run"])
+        probe_all=interactive or params["dry_run"], shared_stores=params["shared"])
     from ..job.scope import narrow_containers
 
     ctx = narrow_containers(complete(params, default_all=False), params["container"])
     exit_if_empty(ctx, required=True, output=params["output"])
-    the_plan = plan(ctx, options, cancel=INTERRUPTED, fallback_chosen=chosen)
     stores = plan_store(ctx, shared=params["shared"])
+    holds = reset_holds(ctx.pods, stores.calls, stores.unknown, shared=params["shared"])
+    the_plan = plan(ctx, options, cancel=INTERRUPTED, fallback_chosen=chosen, holds=holds)
     for note in stores.notes:
         if note.startswith("note:"):
             info(note)
@@ -132,6 +135,7 @@ def command(**params: Any) -> None:
     for note in outcome.notes:
         info(note)
     store_rows = run_store(stores, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED)
+    outcome = with_store_results(outcome, the_plan, stores.calls, store_rows.rows)
     emit(ChainedReport([outcome.report, store_rows]), params["output"], empty_message="No vLLM server pods targeted.")
 
 

@@ -10,7 +10,8 @@ an exit status), ``replaced``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -20,12 +21,13 @@ from ..pods import Owner
 from ..pool import NotRun
 from ..report import Column, ExitCode, Report
 from ..rollout import DevModeResult, RestartResult
-from ..tiers import Tier
+from ..tiers import Tier, TierKind
 from ..vllm_api import ResetOutcome, parse_version, reset_answers_for_every_engine
 from .planning import Plan, PodPlan, dev_mode_on
 
 if TYPE_CHECKING:
     from ..pods import ApiPort, VllmPod
+    from ..stores.calls import StoreCall
 
 #: ``(namespace, pod, container, port)``: where an API reset ran (a pod with several vLLM
 #: containers gets a key per container and port).
@@ -497,3 +499,75 @@ def owner_result_message(res: RestartResult | DevModeResult) -> str:
 
 def _join(states: list[str]) -> str | None:
     return ",".join(dict.fromkeys(states)) if states else None
+
+
+#: The state of a shared tier that the chained clear-store step emptied (its ``StoreClear``
+#: row says ``emptied``, confirmed by the store's own count).
+EMPTIED_BY_CLEAR_STORE = "emptied by clear-store"
+
+#: :attr:`Tier.store` of the shared tier a store kind is, where the names differ
+#: (the MP connector's tier is named ``lmcache-server``, its store kind ``lmcache-mp``).
+_TIER_STORE = {"lmcache-mp": "lmcache-server"}
+
+
+def with_store_results(outcome: Outcome, plan: Plan, calls: Sequence[StoreCall],
+                       store_rows: Sequence[Mapping[str, Any]]) -> Outcome:
+    """The outcome of ``clear`` once its chained clear-store step ran: each ``CacheReset`` row's
+    shared tier that a ``StoreClear`` row reports ``emptied`` (for that pod, and for a per-model
+    store that pod's model) says :data:`EMPTIED_BY_CLEAR_STORE` instead of ``left``, leaves the
+    ``left`` list, and its message names the store row; a row ``partial`` only for that becomes
+    ``emptied`` (``unconfirmed`` where a tier is). A store row ``left`` or ``failed`` changes
+    nothing: the tier stays ``left``. Other rows and tiers are untouched.
+
+    ``store_rows``: clear-store's rows, the first ``len(calls)`` in ``calls`` order
+    (:func:`kubectl_kvreset.job.storeclear.run_store`). Pure; returns ``outcome`` itself when no
+    store was emptied.
+    """
+    emptied: dict[tuple[str, str], list[tuple[str, Mapping[str, Any]]]] = {}
+    for call, row in zip(calls, store_rows, strict=False):
+        if row.get("result") != "emptied":
+            continue
+        name = _TIER_STORE.get(call.store.kind.value, call.store.kind.value)
+        for user in call.store.users:
+            if user.targeted and (call.model is None or user.use.model == call.model):
+                emptied.setdefault((user.pod.namespace, user.pod.name), []).append((name, row))
+    if not emptied:
+        return outcome
+    plans = {(p.pod.namespace, p.pod.name, p.pod.container): p for p in plan.pods}
+    report = Report(outcome.report.kind, outcome.report.columns)
+    ports: list[PortOutcome] = []
+    for po in outcome.ports:
+        pod_plan = plans.get((po.namespace, po.pod, po.container))
+        got = emptied.get((po.namespace, po.pod))
+        if pod_plan is not None and got:
+            po = _store_emptied(po, pod_plan, got)
+        ports.append(po)
+        report.add(po.row(), po.code)
+    return replace(outcome, ports=tuple(ports), report=report)
+
+
+def _store_emptied(po: PortOutcome, plan: PodPlan, got: list[tuple[str, Mapping[str, Any]]]) -> PortOutcome:
+    shared = [e.tier for e in plan.effects if e.tier.kind is TierKind.SHARED]
+    states = list(po.tiers.get("shared", ()))
+    if len(states) != len(shared):
+        return po
+    left, messages = list(po.left), list(po.messages)
+    for i, tier in enumerate(shared):
+        row = next((r for name, r in got if name == tier.store), None)
+        if row is None or states[i] not in ("left", "not emptied"):
+            continue
+        label = tier_label(tier)
+        states[i] = EMPTIED_BY_CLEAR_STORE
+        left = [lt for lt in left if lt.tier != label]
+        messages = [m for m in messages if not m.startswith(f"{label} left: ")]
+        counted = (f": {row.get('before')} -> {row.get('after')} {row.get('unit') or ''}".rstrip()
+                   if row.get("before") is not None else "")
+        messages.append(f"{label}: {EMPTIED_BY_CLEAR_STORE} (StoreClear {row.get('store')} "
+                        f"{row.get('address') or ''} {row.get('scope') or ''}{counted})".replace("  ", " "))
+    tiers = {**po.tiers, "shared": tuple(states)}
+    result, code = po.result, po.code
+    done = ("emptied", "unconfirmed", "replaced", EMPTIED_BY_CLEAR_STORE)
+    if result == "partial" and not left and all(st in done for v in tiers.values() for st in v):
+        unconfirmed = bool(po.unconfirmed) or any(st == "unconfirmed" for v in tiers.values() for st in v)
+        result, code = ("unconfirmed", ExitCode.UNCONFIRMED) if unconfirmed else ("emptied", ExitCode.OK)
+    return replace(po, tiers=tiers, left=tuple(left), messages=tuple(messages), result=result, code=code)

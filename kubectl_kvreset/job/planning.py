@@ -10,6 +10,7 @@ per owner and pod template, ``/openapi.json`` for an unknown build) and applies 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from packaging.version import Version
@@ -31,9 +32,11 @@ from ..pods import Owner, VllmPod
 from ..podstate import NotRunning, not_running
 from ..pool import NOT_RUN, Cancel, NotRun
 from ..rollout import dev_mode_changes
-from ..tiers import Tier, TierKind
+from ..stores.calls import SHARED_FLAG
+from ..tiers import MOONCAKE_STORE_CONNECTOR, KVLayout, Tier, TierKind
 from ..vllm_api import extra_reset_routes, reset_query
 from .probes import Probe, apply_probe, probe_pods
+from .resetconsent import ResetHold, reset_holds
 from .scope import Scope
 
 #: Every reset route; a version that lacks one answers 404 there, read as "not on this version".
@@ -64,6 +67,10 @@ class ClearOptions:
         max_concurrency: calls in flight at once.
         probe_all: kept for callers of earlier releases: every pod template is probed before
             planning now (one pod answers for its template), so it changes nothing.
+        shared_stores: ``--shared-stores``: a reset that is itself store-wide (vLLM's
+            ``MooncakeStoreConnector`` runs ``remove_all``) is sent with ``reset_external=true``
+            even where pods outside the targets use that store
+            (:mod:`kubectl_kvreset.job.resetconsent`).
     """
 
     fallback: str = "none"
@@ -74,6 +81,7 @@ class ClearOptions:
     whole_tier: bool = False
     max_concurrency: int = 64
     probe_all: bool = False
+    shared_stores: bool = False
 
     def __post_init__(self) -> None:
         if self.fallback not in FALLBACKS:
@@ -165,6 +173,10 @@ class Plan:
     """Per owner whose vLLM container takes ``VLLM_SERVER_DEV_MODE`` from ``valueFrom`` or
     ``envFrom``: what a dev-mode step would replace or override
     (:func:`kubectl_kvreset.rollout.dev_mode_changes`), shown with the plan before it runs."""
+    holds: dict[str, ResetHold] = field(default_factory=dict)
+    """Per pod uid: why its reset may not send ``reset_external=true`` (a store-wide Mooncake
+    reset without consent, :func:`kubectl_kvreset.job.resetconsent.reset_holds`); kept by
+    :func:`replan`."""
 
     def devmode_notes(self) -> list[str]:
         """One line per replaced or overridden value of an owner whose dev-mode step is planned
@@ -185,14 +197,22 @@ class Plan:
 
 
 def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
-         fallback_chosen: str | None = None) -> Plan:
+         fallback_chosen: str | None = None, holds: Mapping[str, ResetHold] | None = None) -> Plan:
     """Probe each owner's pod templates (``GET /version`` and, where dev mode may be on,
     ``GET /server_info?config_format=json``, at most ``options.max_concurrency`` at once;
     :func:`kubectl_kvreset.job.probes.probe_pods`) and build the :class:`Plan`.
 
     ``fallback_chosen``: the fallback the user named, kept for the plan's rows (None when
-    ``options.fallback`` is the default). Never raises for a pod's failure: a version that
-    could not be read is planned as the oldest behaviour (DESIGN §1).
+    ``options.fallback`` is the default). ``holds``: per pod uid, why its reset may not send
+    ``reset_external=true`` (:func:`~kubectl_kvreset.job.resetconsent.reset_holds` over
+    clear-store's plan; ``clear`` passes the one it already made). None: found here, as
+    clear-store finds the stores, where a targeted pod runs ``MooncakeStoreConnector``. Never
+    raises for a pod's failure: a version that could not be read is planned as the oldest
+    behaviour (DESIGN §1).
+
+    Raises:
+        kubectl_kvreset.kube.KubeConnectionError: the API server did not answer a list made to
+            find the stores.
     """
     running = [p for p in scope.pods if pod_not_running(p) is None]
     answers = probe_pods(scope.caller, running, options.max_concurrency, cancel, dev_mode_on)
@@ -204,21 +224,41 @@ def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
         key = (p.namespace, p.owner)
         if p.dev_mode.source in ("valueFrom", "envFrom") and key not in changes:
             changes[key] = tuple(dev_mode_changes(scope.kube, p.namespace, p.owner, enable=True))
-    return Plan(scope, options, build_plans(list(scope.pods), probed, options.fallback, options.preempt_running),
-                probed, fallback_chosen, devmode_changes={k: v for k, v in changes.items() if v})
+    if holds is None:
+        holds = store_holds(scope, options.shared_stores)
+    held = dict(holds)
+    return Plan(scope, options, build_plans(list(scope.pods), probed, options.fallback, options.preempt_running,
+                                            held),
+                probed, fallback_chosen, devmode_changes={k: v for k, v in changes.items() if v}, holds=held)
+
+
+def store_holds(scope: Scope, shared: bool) -> dict[str, ResetHold]:
+    """The holds of :func:`plan` when the caller gave none: clear-store's finding
+    (:func:`kubectl_kvreset.job.storeclear.plan_store`) where a targeted pod's spec names
+    ``MooncakeStoreConnector``; otherwise no list is made (a pod whose live configuration alone
+    shows the connector is then held as of an unknown master)."""
+    if shared:
+        return {}
+    if not any(MOONCAKE_STORE_CONNECTOR in p.layout.connectors for p in scope.pods):
+        return reset_holds(scope.pods, (), shared=False)
+    from .storeclear import plan_store
+
+    stores = plan_store(scope, shared=False)
+    return reset_holds(scope.pods, stores.calls, stores.unknown, shared=False)
 
 
 def replan(old: Plan, fallback: str) -> Plan:
     """The same plan with another ``fallback`` (the user chose one at the prompt); sends nothing."""
     options = replace(old.options, fallback=fallback)
     return Plan(old.scope, options, build_plans(list(old.scope.pods), old.probed, fallback,
-                                                options.preempt_running), old.probed, fallback,
-                devmode_changes=dict(old.devmode_changes))
+                                                options.preempt_running, old.holds), old.probed, fallback,
+                devmode_changes=dict(old.devmode_changes), holds=dict(old.holds))
 
 
-def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, preempt: bool) -> list[PodPlan]:
+def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, preempt: bool,
+                holds: Mapping[str, ResetHold] | None = None) -> list[PodPlan]:
     """One :class:`PodPlan` per pod, from the pod as its template's probe describes it
-    (:func:`pod_plan`). A disruptive step acts on the owner, so when one pod of an
+    (:func:`pod_plan`, with the pod's hold from ``holds``, keyed by uid). A disruptive step acts on the owner, so when one pod of an
     owner needs it, every targeted pod of that owner gets it (their API reset is dropped: the
     new pods start cold)."""
     plans: list[PodPlan] = []
@@ -229,7 +269,7 @@ def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, 
             left = tuple(LeftTier(e.tier, down.describe(), None) for e in effects)
             plans.append(PodPlan(pod, None, None, effects, (), (), PodSteps((), left, None), not_running=down))
             continue
-        plans.append(pod_plan(pod, got, fallback, preempt))
+        plans.append(pod_plan(pod, got, fallback, preempt, (holds or {}).get(pod.uid)))
     owner_step: dict[tuple[str, Owner], str] = {}
     for p in plans:
         for step in p.steps.steps:
@@ -240,10 +280,14 @@ def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, 
     return plans
 
 
-def pod_plan(pod: VllmPod, got: Probed, fallback: str, preempt: bool) -> PodPlan:
+def pod_plan(pod: VllmPod, got: Probed, fallback: str, preempt: bool, hold: ResetHold | None = None) -> PodPlan:
     """The plan of one pod from its probe: the live layout where ``/server_info`` was read,
     the routes and query by release (``0.23.1.dev42`` counts as 0.23.1), and for an unknown
     build the routes and parameters ``/openapi.json`` lists, its connector tiers ``unconfirmed``.
+
+    With a ``hold``, where the reset would be store-wide (:func:`store_wide_reset`) it is sent
+    with ``reset_external=false`` and every tier that leaves is planned ``left``
+    (:func:`withhold_external`), naming :data:`~kubectl_kvreset.stores.calls.SHARED_FLAG`.
     """
     probe = got if isinstance(got, Probe) else None
     spec_notes = set(pod.notes)
@@ -275,12 +319,74 @@ def pod_plan(pod: VllmPod, got: Probed, fallback: str, preempt: bool) -> PodPlan
                     unconfirmed += (e.tier,)
                 changed.append(e)
             effects = tuple(changed)
+    held: tuple[Tier, ...] = ()
+    if hold is not None and ("reset_external", "true") in query and store_wide_reset(pod.layout, version):
+        effects, held = withhold_external(pod.layout, version, effects, hold)
+        query = tuple(("reset_external", "false") if k == "reset_external" else (k, v) for k, v in query)
+        unconfirmed = tuple(t for t in unconfirmed if t not in held)
+        notes.append(f"sent with reset_external=false: {hold.reason()}; {SHARED_FLAG} sends reset_external=true")
     steps = plan_pod_steps(effects, dev_mode_on=dev_mode_on(pod), fallback=fallback)
+    if held:
+        steps = flag_held(steps, held)
     failure = probe.failure if probe is not None and probe.version is None else None
     if probe is not None and probe.failure is not None and probe.failure.kind == "unknown-build":
         failure = probe.failure
     return PodPlan(pod, version_text, failure, effects, query, routes, steps, unconfirmed=unconfirmed,
                    notes=tuple(notes))
+
+
+def is_mooncake_store(tier: Tier) -> bool:
+    """The Mooncake store a ``MooncakeStoreConnector`` uses."""
+    return tier.kind is TierKind.SHARED and tier.connector == MOONCAKE_STORE_CONNECTOR
+
+
+def store_wide_reset(layout: KVLayout, version: Version | None) -> bool:
+    """Whether ``reset_external=true`` may empty a whole Mooncake store on this server: its
+    ``MooncakeStoreConnector`` runs ``remove_all`` from vLLM 0.23 (research/vllm.md §3.2; vllm
+    PR #42694; 0.32.0: ``.../kv_connector/v1/mooncake/store/connector.py::
+    MooncakeStoreConnector.reset_cache``). An unknown version counts as :data:`NEWEST_KNOWN`
+    here: the server may well have the hook, and consent errs on the side of the other users."""
+    return any(is_mooncake_store(e.tier) and e.emptied_by_api_reset
+               for e in api_reset_effects(layout, version or NEWEST_KNOWN, reset_external=True))
+
+
+def withhold_external(layout: KVLayout, version: Version | None, effects: tuple[TierEffect, ...],
+                      hold: ResetHold) -> tuple[tuple[TierEffect, ...], tuple[Tier, ...]]:
+    """``effects`` with the reset sent as ``reset_external=false``: the Mooncake store and every
+    tier only the connector reset empties on this version (per version and connector:
+    :data:`kubectl_kvreset.plan.RESET_RULES`, e.g. the CPU tier of an OffloadingConnector from
+    0.22) are not emptied, their reason naming ``hold``. Returns ``(effects, the tiers held)``."""
+    off = {e.tier: e for e in api_reset_effects(layout, version, reset_external=False)}
+    why = hold.reason()
+    changed: list[TierEffect] = []
+    held: list[Tier] = []
+    for e in effects:
+        low = off.get(e.tier)
+        if is_mooncake_store(e.tier):
+            e = TierEffect(e.tier, False, f"reset sent with reset_external=false: {why}", None)
+            held.append(e.tier)
+        elif e.emptied_by_api_reset and low is not None and not low.emptied_by_api_reset:
+            e = TierEffect(e.tier, False, "reset sent with reset_external=false, which leaves the tiers only the "
+                           f"connector reset empties: {why}", low.remedy)
+            held.append(e.tier)
+        changed.append(e)
+    return tuple(changed), tuple(held)
+
+
+def flag_held(steps: PodSteps, held: tuple[Tier, ...]) -> PodSteps:
+    """``steps`` with the remedy of each tier ``left`` because of a hold: :data:`SHARED_FLAG`
+    (with the other remedy, e.g. ``--fallback=restart``, where one applies)."""
+    left: list[LeftTier] = []
+    for lt in steps.left:
+        if lt.tier in held:
+            if is_mooncake_store(lt.tier):
+                reason = lt.reason.removesuffix("; outside the pods, a restart does not clear it")
+                lt = LeftTier(lt.tier, reason, SHARED_FLAG)
+            else:
+                flag = f"{SHARED_FLAG} (reset_external=true, which also empties the whole Mooncake store)"
+                lt = LeftTier(lt.tier, lt.reason, flag + (f" or {lt.flag}" if lt.flag else ""))
+        left.append(lt)
+    return PodSteps(steps.steps, tuple(left), steps.needs)
 
 
 def promote(plans: list[PodPlan], owner_step: dict[tuple[str, Owner], str]) -> None:

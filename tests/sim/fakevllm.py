@@ -43,6 +43,12 @@ installed 0.32.0 sources:
   ``worker.py::LookupKeyServer`` drains the send queue and calls
   ``store.remove_all(force=True)``; True on the worker's ACK, False on NACK or RPC error (then
   the reset answers ``success:false``, ``v1/core/sched/scheduler.py::reset_connector_cache``).
+  The hook exists from 0.23.0 (vllm PR #42694; research/vllm.md §3.2). Here it is
+  ``store_hook`` (tests/sim/mooncakestore.py): where the pod's ``MOONCAKE_CONFIG_PATH`` names a
+  real master of the cluster, ``reset_external=true`` empties it through the master's admin
+  ``POST /api/v1/remove_all?force=true`` (the stand-in for the store client's ``remove_all``),
+  so a test reads what was really removed; without a master nothing is called and the hook
+  counts as success.
 - **No connector** counts as success (``reset_connector_cache`` returns True).
 """
 
@@ -63,6 +69,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.samples import Sample
 
 from . import vllm032
+from .mooncakestore import MooncakeStoreHook
 from .serveargs import ConnectorInfo
 
 __all__ = [
@@ -278,6 +285,7 @@ class FakeVLLM:
         env: the server's environment (for ``/server_info``'s ``vllm_env``).
         kv_transfer_config: the resolved ``--kv-transfer-config`` object, for
             ``/server_info?config_format=json`` (None: no connector).
+        store_hook: the ``MooncakeStoreConnector``'s store (module docstring), or None.
 
     A request is running while a streamed completion is being read (:class:`StreamBody`): a
     reset without ``reset_running_requests`` then answers ``success:false``; with it, every
@@ -302,8 +310,10 @@ class FakeVLLM:
         env: dict[str, str] | None = None,
         kv_transfer_config: dict[str, Any] | None = None,
         engines: int = 1,
+        store_hook: MooncakeStoreHook | None = None,
     ) -> None:
         self.port = port
+        self.store_hook = store_hook
         self.engines = max(1, int(engines))
         self.version = version
         # a build whose /version says nothing usable (``dev``, a fork) may still have a
@@ -345,7 +355,9 @@ class FakeVLLM:
     def snapshot(self) -> dict[str, Any]:
         """Counters for /sim/v1/state: role ``vllm``, reset_calls, last_reset_query,
         last_transport, prefix_cache_blocks, offload_cpu_blocks, reset_mm_calls,
-        reset_encoder_calls, metrics_calls, plus version and dev_mode of this server."""
+        reset_encoder_calls, metrics_calls, plus version and dev_mode of this server;
+        ``mooncake_resets``: each call of the MooncakeStoreConnector's reset hook
+        (:meth:`~tests.sim.mooncakestore.MooncakeStoreHook.snapshot`)."""
         with self._lock:
             c = self._c
             return {
@@ -358,6 +370,7 @@ class FakeVLLM:
                 "reset_mm_calls": c.reset_mm_calls,
                 "reset_encoder_calls": c.reset_encoder_calls,
                 "metrics_calls": c.metrics_calls,
+                "mooncake_resets": self.store_hook.snapshot() if self.store_hook is not None else [],
                 "engines": [{"engine": 0, "prefix_cache_blocks": c.prefix_cache_blocks, "reset_calls": c.reset_calls}]
                 + [{"engine": i, "prefix_cache_blocks": e[0], "reset_calls": e[2]}
                    for i, e in enumerate(self._others, start=1)],
@@ -498,6 +511,10 @@ class FakeVLLM:
                         c.offload_cpu_blocks = 0
             # 0.32.0 ANDs every engine's answer; before, engine 0's alone (module docstring)
             success = every_ok if v >= Version("0.32.0") else local_ok
+        if external and v >= Version("0.23.0") and self.store_hook is not None \
+                and any(conn.name == "MooncakeStoreConnector" for conn in self.connectors):
+            # reset_connector_cache runs even when the local reset failed; False makes it fail
+            success = self.store_hook.reset() is not False and success
         if v >= Version("0.26.0"):
             return _json(200, {"success": success})
         return 200, [], b""

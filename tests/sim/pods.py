@@ -66,6 +66,7 @@ from packaging.version import Version
 
 from .fakevllm import FakeVLLM, Response, dev_mode_state, parse_version
 from .images import DEFAULT_VERSION, image_entrypoint, image_vllm_version, is_sidecar_image
+from .mooncakestore import DEFAULT_ADMIN_PORT, MooncakeStoreHook
 from .sandbox import Bind, container_host_path, run_recorded, volume_binds
 from .serveargs import (
     ConnectorInfo,
@@ -290,6 +291,11 @@ class PodRuntime:
         for server in self._servers:
             dev = dev_mode_state(server.env.get(DEV_MODE_ENV))
             connectors = server.args.connectors(server.env, self._version)
+            hook = None
+            if any(c.name == "MooncakeStoreConnector" for c in connectors):
+                hook = MooncakeStoreHook(dict(server.env), self._pod_file_reader(server.binds),
+                                         self.ctx.overrides.get("hosts_file"),
+                                         int(self.ctx.overrides.get("mooncake_admin_port") or DEFAULT_ADMIN_PORT))
             for port in server.args.api_ports:
                 if port in ports:
                     self.notes.append(f"port {port} of {server.container} already taken")
@@ -301,6 +307,7 @@ class PodRuntime:
                     engines=server.args.engines,
                     kv_transfer_config=self.ctx.overrides.get("live_kv_transfer_config")
                     or server.args.live_kv_transfer_config(server.env, self._version),
+                    store_hook=hook,
                 )
             if dev != "invalid":
                 self._warm_tiers(server, connectors)
