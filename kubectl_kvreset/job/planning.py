@@ -324,7 +324,8 @@ def pod_plan(pod: VllmPod, got: Probed, fallback: str, preempt: bool, hold: Rese
         effects, held = withhold_external(pod.layout, version, effects, hold)
         query = tuple(("reset_external", "false") if k == "reset_external" else (k, v) for k, v in query)
         unconfirmed = tuple(t for t in unconfirmed if t not in held)
-        notes.append(f"sent with reset_external=false: {hold.reason()}; {SHARED_FLAG} sends reset_external=true")
+        notes.append("reset sent with reset_external=false: its MooncakeStoreConnector would empty the whole "
+                     f"Mooncake store, which pods outside the targets may use ({SHARED_FLAG} allows it)")
     steps = plan_pod_steps(effects, dev_mode_on=dev_mode_on(pod), fallback=fallback)
     if held:
         steps = flag_held(steps, held)

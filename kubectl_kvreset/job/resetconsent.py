@@ -51,8 +51,8 @@ class ResetHold:
         if self.unknown is not None:
             who = f"the master this pod uses is not known ({self.unknown}), so other pods may use it"
         elif self.others:
-            who = (f"{len(self.others)} pod(s) outside the targets use the master {self.store} "
-                   f"({', '.join(self.others)})")
+            who = (f"{len(self.others)} pod(s) outside the targets ({', '.join(self.others)}) use the master "
+                   f"{self.store}")
         else:
             who = (f"namespaces that cannot be listed ({', '.join(self.unlisted)}) may hold other users of "
                    f"the master {self.store}")

@@ -123,7 +123,9 @@ def test_dry_run_shows_the_query_and_changes_nothing(sim: SimCluster, tmp_path: 
     for row in planned:
         assert "POST /reset_prefix_cache?reset_external=false" in row["steps"], row
         assert "shared:mooncake-master (--shared-stores)" in row["leaves"], row
-        assert any("reset_external=false" in n and _name(sim, "m-three") in n for n in row["notes"]), row
+        assert any("reset_external=false" in n and "--shared-stores" in n for n in row["notes"]), row
+    [store] = [r for r in rows if r["kind"] == "StoreClear"]
+    assert store["result"] == "left" and _name(sim, "m-three") in store["message"], store
     code, rows, err = sim.run_json("clear", "m-one", "m-two", "--dry-run", "--shared-stores")
     planned = [r for r in rows if r["kind"] == "PlannedReset"]
     assert all("POST /reset_prefix_cache?reset_external=true" in r["steps"] for r in planned), (rows, err)
