@@ -29,7 +29,8 @@ def shared_option(func: Any) -> Any:
         "--shared-stores", "shared", is_flag=True,
         help="Also clear what pods outside the targets use: a model's keys that an untargeted pod of "
              "the same model shares, and store-wide clears (Mooncake remove_all) of a store any "
-             "untargeted pod (or an unlistable namespace) may use.")(func)
+             "untargeted pod (or an unlistable namespace) may use; for clear, also reset_external=true on "
+             "MooncakeStoreConnector pods, whose reset empties their whole Mooncake store.")(func)
 
 
 @click.command(

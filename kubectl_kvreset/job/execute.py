@@ -141,7 +141,8 @@ def reprobe(plan: Plan, by_port: dict[PortKey, list[ResetResult | NotRun]], canc
     for key, pod in firsts.items():
         i = next(j for j in odd if plan.pods[j].pod.name == pod.name and plan.pods[j].pod.namespace == pod.namespace)
         old = plan.pods[i]
-        new = plan_one_pod(pod, probes[key], plan.options.fallback, plan.options.preempt_running)
+        new = plan_one_pod(pod, probes[key], plan.options.fallback, plan.options.preempt_running,
+                           plan.holds.get(pod.uid))
         new.notes += (f"this pod's answers did not fit the version its template reported "
                       f"({old.version or 'unknown'}): probed on its own, it reports {new.version or 'no version'}",)
         plan.pods[i] = new
