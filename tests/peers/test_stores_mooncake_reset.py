@@ -152,3 +152,28 @@ def test_every_user_targeted_needs_no_flag_and_the_rows_agree(sim: SimCluster, t
     assert "StoreClear mooncake-master" in old["message"], old
     [store] = [r for r in rows if r["kind"] == "StoreClear"]
     assert store["result"] == "emptied" and store["after"] == 0, store
+
+
+def test_the_confirmation_shows_it_and_a_no_changes_nothing(sim: SimCluster, tmp_path: Path) -> None:
+    import os
+    import pty
+    import subprocess
+
+    from tests.simctl import zipapp_path
+
+    _refill(sim, 3, tmp_path)
+    calls = {p: _state(sim, p)["reset_calls"] for p in ("m-one", "m-two")}
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([str(zipapp_path()), "clear", "m-one", "m-two"], env=sim.env(), stdin=slave,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        os.write(master, b"n\n")
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert proc.returncode == 1 and "nothing changed" in err, err
+    assert "POST /reset_prefix_cache?reset_external=false" in err and "(--shared-stores)" in err, err
+    assert _name(sim, "m-three") in err and "Run these steps on " in err, err
+    assert {p: _state(sim, p)["reset_calls"] for p in ("m-one", "m-two")} == calls
+    assert _key_count(sim) == 3
