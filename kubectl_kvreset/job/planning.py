@@ -258,9 +258,9 @@ def replan(old: Plan, fallback: str) -> Plan:
 def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, preempt: bool,
                 holds: Mapping[str, ResetHold] | None = None) -> list[PodPlan]:
     """One :class:`PodPlan` per pod, from the pod as its template's probe describes it
-    (:func:`pod_plan`, with the pod's hold from ``holds``, keyed by uid). A disruptive step acts on the owner, so when one pod of an
-    owner needs it, every targeted pod of that owner gets it (their API reset is dropped: the
-    new pods start cold)."""
+    (:func:`pod_plan`, with the pod's hold from ``holds``, keyed by uid). A disruptive step acts
+    on the owner, so when one pod of an owner needs it, every targeted pod of that owner gets it
+    (their API reset is dropped: the new pods start cold)."""
     plans: list[PodPlan] = []
     for pod, got in zip(pods, probed, strict=True):
         down = pod_not_running(pod)
