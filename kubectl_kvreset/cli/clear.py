@@ -52,7 +52,9 @@ def dev_mode_on(pod: VllmPod) -> bool | None:
         "  kubectl kvreset clear -n llm-d --all --dry-run -o yaml\n\n"
         "Each API port gets POST /reset_prefix_cache?reset_external=true (and /reset_mm_cache, "
         "/reset_encoder_cache where the version has them) through the API server's pod proxy; "
-        "no curl is needed in the image. Each row says which tiers were emptied and which were "
+        "no curl is needed in the image. A MooncakeStoreConnector pod, whose reset empties its whole "
+        "Mooncake store, gets reset_external=false where pods outside the targets use that store, "
+        "unless --shared-stores. Each row says which tiers were emptied and which were "
         "left, with the step that would empty them. Then the shared stores the targets use are "
         "cleared as clear-store does (StoreClear rows after the CacheReset rows). " + EXIT_CODES_HELP
     ),
