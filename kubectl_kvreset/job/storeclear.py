@@ -68,7 +68,10 @@ def store_row(call: StoreCall, outcome: StoreResult | None = None) -> dict[str, 
 
 
 def row_code(outcome: StoreResult) -> ExitCode:
-    """0 when emptied (or planned), 1 when left or failed."""
+    """0 when emptied (or planned), 3 when unconfirmed (the store's answer proves less than
+    emptied), 1 when left or failed."""
+    if outcome.result == "unconfirmed":
+        return ExitCode.UNCONFIRMED
     return ExitCode.OK if outcome.result in ("emptied", "planned") else ExitCode.FAILED
 
 
