@@ -81,7 +81,7 @@ def command(**params: Any) -> None:
                            timeout_s=timeout)
         emit(report, params["output"], empty_message="Nothing to do.")
         return
-    if sys.stdin.isatty() and not params["yes"] and plan.calls:
+    if sys.stdin.isatty() and not params["yes"] and not plan.empty:
         info(plan.report().render("table").rstrip())
         if not click.confirm("Clear these stores?", default=False, err=True):
             info("nothing changed")
