@@ -155,7 +155,7 @@ def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod],
         for c in (obj.get("spec") or {}).get("containers") or []:
             for m in pod_mounts(obj, str(c.get("name", ""))):
                 mounted.append((m.identity, m.base, f"{ident[0]}/{ident[1]}"))
-    for pod in universe:
+    for pod in universe if groups else ():
         if (pod.namespace, pod.name) in targeted:
             continue
         disk = _disk(kube, pod, cache)

@@ -145,7 +145,8 @@ def test_outside_address_and_lm_server_rows(cluster: SimCluster) -> None:
     assert "redis-cli -h redis.example.com -p 6379 --scan --pattern 'org/model-c@*'" in out["message"], out
     lm = by["lmcache-server"]
     assert lm["resolved"] == f"service {NS}/kv-lm" and lm["result"] == "left", lm
-    assert "restart the LMCache server at lm://kv-lm:65432 (its protocol has no delete)" in lm["message"], lm
+    assert "restart the LMCache server at lm://kv-lm:65432 (its protocol has no delete" in lm["message"], lm
+    assert "a restart of its pod empties it" in lm["message"], lm
     # the table says the same (the MESSAGE column is always shown)
     done = cluster.run("clear-store", "c-out", "d-lm", "--yes")
     assert done.returncode == 1 and "restart the LMCache server" in done.stdout and "outside the cluster" in done.stdout
