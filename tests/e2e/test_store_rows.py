@@ -84,6 +84,8 @@ MANIFEST = "---\n".join([
     _server("kv-infinistore", "infinistore:0.2.33",
             ["infinistore", "--service-port", "12345", "--manage-port", "18080", "--link-type", "Ethernet"], 12345),
     _server("kv-lm", "lmcache/vllm-openai:v0.5.6", ["python3", "-m", "lmcache.v1.server", "0.0.0.0", "65432"], 65432),
+    _server("kv-infini-old", "infinistore:0.2.0", ["infinistore", "--service-port", "12345"], 12345),
+    _vllm("i-old", "org/model-o", "infinistore://kv-infini-old:12345"),
     _vllm("i-one", "org/model-i", "infinistore://kv-infinistore:12345"),
     _vllm("i-two", "org/model-j", f"infinistore://kv-infinistore.{NS}.svc.cluster.local:12345"),
     _vllm("c-out", "org/model-c", "redis://redis.example.com:6379"),
@@ -97,7 +99,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
     path = tmp_path_factory.mktemp("rows") / "m.yaml"
     path.write_text(MANIFEST)
     scenario = {"users": [{"name": USER}], "rbac": role_documents(),
-                "pods": [{"match": {"owner": "deployment/kv-infinistore"}, "infinistore_keys": KEYS}]}
+                "pods": [{"match": {"owner": "deployment/kv-infinistore"}, "infinistore_keys": KEYS},
+                         {"match": {"owner": "deployment/kv-infini-old"}, "infinistore_keys": 5,
+                          "infinistore_no_kvmap_len": True}]}
     with SimCluster([path], namespace=NS, scenario=scenario, ready_delay=0.05) as sim:
         sim.wait_ready()
         yield sim
@@ -206,3 +210,15 @@ def test_forbidden_pod_proxy_names_the_permission(cluster: SimCluster) -> None:
     # with the Role whole again, alice empties it
     code, out = as_alice(cluster, "clear-store", "i-one", "i-two", "--shared-stores", "--yes")
     assert code == 0 and "emptied" in out, out
+
+
+def test_infinistore_without_kvmap_len_is_unconfirmed(cluster: SimCluster) -> None:
+    # a server that does not answer /kvmap_len: the purge's own num is the count before, and
+    # nothing proves the map empty after: unconfirmed, exit 3
+    code, rows, err = cluster.run_json("clear-store", "i-old", "--yes")
+    assert code == 3, (rows, err)
+    [row] = rows
+    assert (row["result"], row["before"], row["after"]) == ("unconfirmed", 5, None), row
+    assert row["via"] == f"{_name(cluster, 'kv-infini-old')}:18080"
+    assert "does not answer GET /kvmap_len" in row["message"], row
+    assert _pod(cluster, "kv-infini-old")["ports"]["18080"]["purge_calls"] == 1

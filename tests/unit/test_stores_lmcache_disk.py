@@ -70,3 +70,23 @@ def test_program_deletes_only_pt_files_of_the_models(tmp_path: Path) -> None:
     every = _run(root, [])
     assert every["before"]["files"] == 1 and every["after"]["files"] == 0  # type: ignore[index]
     assert sorted(p.name for p in root.iterdir()) == ["org-a@notes.txt", "org-a_0123456789ab", "other.pt.bak"]
+
+
+def test_refused_exec_names_the_permission_and_what_would_empty_it() -> None:
+    from kubectl_kvreset.fstier import ExecChoice
+    from kubectl_kvreset.job.storedisk import DiskCall, disk_row, run_disk
+    from kubectl_kvreset.kube import KubeApiError
+
+    class Kube:
+        def exec_command(self, *a: object, **k: object) -> object:
+            raise KubeApiError(403, "Forbidden", 'pods "p" is forbidden: User "u" cannot get resource "pods/exec"')
+
+    call = DiskCall("ns", "/mnt/lmc", "/mnt/lmc", "pvc/d", "model", "org/m", ("org-m@",),
+                    (ExecChoice("p", "vllm", "/mnt/lmc"),), ("ns/p",))
+    result = run_disk(Kube(), call)  # type: ignore[arg-type]
+    assert result.result == "failed" and result.unit == "files"
+    assert "needs get and create on pods/exec in namespace ns" in (result.message or "")
+    assert "what would empty it: delete 'org-m@*.pt' under /mnt/lmc" in (result.message or "")
+    row = disk_row(call, result)
+    assert (row["store"], row["scope"], row["resolved"], row["method"]) == (
+        "lmcache-disk", "model org/m", "volume pvc/d", "delete org-m@*.pt under /mnt/lmc (pods/exec)")
