@@ -62,8 +62,6 @@ class ClearOptions:
         whole_tier: clear-fs empties a volume other pods also mount whole (their models'
             files too); without it only the targets' models' directories go there.
         max_concurrency: calls in flight at once.
-        probe_all: kept for callers of earlier releases: every pod template is probed before
-            planning now (one pod answers for its template), so it changes nothing.
     """
 
     fallback: str = "none"
@@ -73,7 +71,6 @@ class ClearOptions:
     model_only: bool = False
     whole_tier: bool = False
     max_concurrency: int = 64
-    probe_all: bool = False
 
     def __post_init__(self) -> None:
         if self.fallback not in FALLBACKS:
@@ -126,8 +123,8 @@ class PodPlan:
     what the running server said that the spec did not (the live configuration, the build), for
     the plan's and the result's rows. ``not_running``: the pod has no running vLLM container
     (Pending, Unschedulable, ContainerCreating, CrashLoopBackOff): no step is planned and nothing
-    is sent to it.
-    ``version_deferred`` is always False (kept for callers of earlier releases). ``steps`` change
+    is sent to it. ``engines``: the ``engine`` labels ``/metrics`` showed (the engine count
+    came from them; ``()``: from the serve flags). ``steps`` change
     when a 404 shows dev mode off and the allowed fallback applies, and the whole plan of a pod
     whose answers contradict its template's is rebuilt from its own probe."""
 
@@ -138,10 +135,10 @@ class PodPlan:
     query: tuple[tuple[str, str], ...]
     routes: tuple[str, ...]
     steps: PodSteps
-    version_deferred: bool = False
     not_running: NotRunning | None = None
     unconfirmed: tuple[Tier, ...] = ()
     notes: tuple[str, ...] = ()
+    engines: tuple[str, ...] = ()
 
     def has(self, action: str) -> bool:
         """True when the plan holds the step ``action``."""
@@ -279,8 +276,9 @@ def pod_plan(pod: VllmPod, got: Probed, fallback: str, preempt: bool) -> PodPlan
     failure = probe.failure if probe is not None and probe.version is None else None
     if probe is not None and probe.failure is not None and probe.failure.kind == "unknown-build":
         failure = probe.failure
+    labels = probe.engines if probe is not None and probe.engines else ()
     return PodPlan(pod, version_text, failure, effects, query, routes, steps, unconfirmed=unconfirmed,
-                   notes=tuple(notes))
+                   notes=tuple(notes), engines=labels if len(labels) == pod.serve.engines_per_port else ())
 
 
 def promote(plans: list[PodPlan], owner_step: dict[tuple[str, Owner], str]) -> None:
