@@ -302,6 +302,11 @@ def test_a_crash_loop_names_the_invalid_dev_mode_value_its_configmap_holds(sim: 
     assert any(f'{VAR}="true" from ConfigMap flags key dev is not an integer' in n
                for n in det_by["deployment/by-key"]["notes"]), det_by["deployment/by-key"]
     assert det_by["deployment/by-key"]["dev_mode"] == 'invalid ("true": vLLM will not start)'
+    code, met, err = cluster.run_json("metrics", "-n", NS)
+    assert code == 1, err
+    crashed = [r for r in met if r["pod"].startswith("by-key-")]
+    assert crashed and all(f'{VAR}="true" from ConfigMap flags key dev is not an integer' in r["error"]
+                           for r in crashed), crashed
 
 
 def test_a_crash_loop_whose_configmap_cannot_be_read_says_so(sim: Any, tmp_path: Path) -> None:
