@@ -4,6 +4,7 @@ text of a reset answer that speaks for engine 0 only."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,72 @@ def test_the_row_names_the_engines_and_the_source() -> None:
     assert by_flags is not None and "engine 0 only: engines 1-3 of the 4" in by_flags and "(the serve flags)" in by_flags
     assert engine_zero_only("0.32.0", 4, port, ("0", "1", "2", "3")) is None
     assert engine_zero_only("0.26.0", 1, port, ("0",)) is None
+
+
+class _Caller:
+    """A stand-in for :class:`~kubectl_kvreset.podapi.PodCaller`: answers by path, records paths."""
+
+    def __init__(self, version: str, metrics: tuple[int, str]) -> None:
+        self.version = version
+        self.metrics = metrics
+        self.paths: list[str] = []
+
+    def call(self, ref: object, port: int, method: str, path: str, query: object = (), *, scheme: str = "http",
+             timeout_s: float) -> object:
+        from kubectl_kvreset.kube import HttpAnswer
+
+        self.paths.append(path)
+        if path == "/version":
+            return HttpAnswer(200, {}, json.dumps({"version": self.version}).encode())
+        if path == "/metrics":
+            return HttpAnswer(self.metrics[0], {}, self.metrics[1].encode())
+        return HttpAnswer(404, {}, b'{"detail":"Not Found"}')
+
+    def sleep(self, seconds: float) -> None:
+        raise AssertionError("the engine count is read once, without retries")
+
+    def stop(self) -> bool:
+        return False
+
+
+def _pod(args: list[str], dev: str = "1") -> object:
+    from kubectl_kvreset.pods import describe_pod_containers
+
+    raw = {"metadata": {"name": "p-0", "namespace": "ns", "uid": "u1", "labels": {"pod-template-hash": "h"}},
+           "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.26.0",
+                                    "command": ["vllm", "serve", "m", *args],
+                                    "env": [{"name": "VLLM_SERVER_DEV_MODE", "value": dev}]}]},
+           "status": {"phase": "Running"}}
+    (pod,) = describe_pod_containers(raw)
+    return pod
+
+
+@pytest.mark.parametrize(("version", "dev", "read"), [("0.26.0", "1", True), ("0.31.0", "1", True),
+                                                       ("0.32.0", "1", False), ("0.26.0", "0", False)])
+def test_metrics_is_read_only_where_the_count_decides_the_row(version: str, dev: str, read: bool) -> None:
+    from kubectl_kvreset.job.planning import dev_mode_on
+    from kubectl_kvreset.job.probes import apply_probe, probe_pods
+
+    pod = _pod([], dev)
+    caller = _Caller(version, (200, scrape("0", "1", "2", "3")))
+    (probe,) = probe_pods(caller, [pod], 4, None, dev_mode_on)
+    assert ("/metrics" in caller.paths) is read and caller.paths.count("/metrics") <= 1
+    applied = apply_probe(pod, probe)
+    assert applied.serve.engines_per_port == (4 if read else 1)
+    assert any("the /metrics count is used" in n for n in applied.notes) is read
+
+
+def test_an_unreadable_metrics_keeps_the_flags_count_with_a_note() -> None:
+    from kubectl_kvreset.job.planning import dev_mode_on
+    from kubectl_kvreset.job.probes import apply_probe, probe_pods
+
+    pod = _pod(["--data-parallel-size", "2"])
+    caller = _Caller("0.26.0", (500, "Internal Server Error"))
+    (probe,) = probe_pods(caller, [pod], 4, None, dev_mode_on)
+    assert probe.engines is None and probe.engines_failure == "GET /metrics answered 500"
+    applied = apply_probe(pod, probe)
+    assert applied.serve.engines_per_port == 2
+    assert any("GET /metrics not read (GET /metrics answered 500)" in n for n in applied.notes), applied.notes
+    one = _pod([])  # one engine by the flags: nothing to say
+    (probe,) = probe_pods(_Caller("0.26.0", (500, "")), [one], 4, None, dev_mode_on)
+    assert not any("/metrics" in n for n in apply_probe(one, probe).notes)
