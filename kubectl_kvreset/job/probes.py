@@ -7,7 +7,7 @@ so one pod answers for all; a pod whose own answers later contradict its templat
 again on its own (:func:`contradicts`).
 
 API requests: at most four per template (one pod list is shared by every template), so a
-Deployment of 64 replicas costs two or three probe calls in all, not 64 or 128.
+Deployment of 64 replicas costs two to four probe calls in all, not 64 or 128.
 """
 
 from __future__ import annotations

@@ -301,6 +301,7 @@ class PodRuntime:
                     engines=server.args.engines,
                     first_engine=(server.args.dp_ranks[index] if index < len(server.args.dp_ranks)
                                   else server.args.first_engine),
+                    api_servers=server.args.api_servers,
                     kv_transfer_config=self.ctx.overrides.get("live_kv_transfer_config")
                     or server.args.live_kv_transfer_config(server.env, self._version),
                 )

@@ -259,7 +259,12 @@ class ServeArgs:
     shows (``vllm/v1/engine/core_client.py``: ``engine_ranks_managed`` starts at the client's
     ``data_parallel_rank``: ``--data-parallel-start-rank`` under hybrid load balancing,
     ``--data-parallel-rank`` under external; 0 under internal load balancing). Under
-    multi-port external load balancing each port's rank is in ``dp_ranks``.
+    multi-port external load balancing each port's rank is in ``dp_ranks``. ``api_servers``:
+    the API server processes behind the port: ``--api-server-count`` (``-asc``), else, for
+    ``vllm serve``, the engines behind the port (0.32.0 ``vllm/entrypoints/cli/serve.py``:
+    internal load balancing defaults it to ``--data-parallel-size``, hybrid to
+    ``--data-parallel-size-local``, external and multi-port to 1); more than one puts
+    prometheus_client in multiprocess mode.
     """
 
     argv: tuple[str, ...]
@@ -276,6 +281,7 @@ class ServeArgs:
     extra: dict[str, str] = field(default_factory=dict)
     engines: int = 1
     first_engine: int = 0
+    api_servers: int = 1
     config_file: str | None = None
     config_error: str | None = None
 
@@ -479,9 +485,14 @@ def parse_vllm_argv(argv: list[str], read_file: Any = None) -> ServeArgs | None:
     elif external:
         first = _int(values.get("--data-parallel-rank") or values.get("-dpn"), 0)
 
+    api_servers = _int(values.get("--api-server-count") or values.get("-asc"), 0)
+    if api_servers <= 0:
+        api_servers = engines if positional_ok else 1
+
     return ServeArgs(
         engines=engines,
         first_engine=max(first, 0),
+        api_servers=api_servers,
         argv=tuple(argv),
         port=port,
         api_ports=ports,

@@ -377,3 +377,41 @@ def test_data_parallel_metrics_label_each_engine_with_its_rank() -> None:
         rejections = [s for fam in text_string_to_metric_families(body) if fam.name == "vllm:admission_rejections"
                       for s in fam.samples]
         assert all("engine" not in s.labels for s in rejections)
+
+
+def _summary(body: str) -> dict[str, dict[str, object]]:
+    out: dict[str, dict[str, object]] = {}
+    for fam in text_string_to_metric_families(body):
+        if fam.name.startswith("vllm:"):
+            out[fam.name] = {"type": fam.type,
+                             "labels": sorted({k for s in fam.samples for k in s.labels if k != "le"}),
+                             "engines": sorted({s.labels["engine"] for s in fam.samples if "engine" in s.labels}),
+                             "samples": bool(fam.samples),
+                             "created": any(s.name.endswith("_created") for s in fam.samples)}
+    return out
+
+
+def test_data_parallel_metrics_match_the_real_two_engine_server() -> None:
+    """The real 0.32.0 CPU build with ``--data-parallel-size 2`` (recorded in
+    tests/referee/data/real-0.32.0-dp2-metrics.json): two API server processes share
+    prometheus_client's multiprocess registry, so there is no ``_created`` sample and the
+    scheduler gauges are empty until the first request; every other family has one series per
+    engine, ``engine`` "0" and "1"."""
+    recorded = json.loads((Path(__file__).parents[1] / "referee" / "data" / "real-0.32.0-dp2-metrics.json")
+                          .read_text())["families"]
+    f = FakeVLLM(port=8000, version="0.32.0", dev_mode=True, model="org/model", engines=2, api_servers=2)
+    got = _summary(f.handle("GET", "/metrics", "", {}, b"")[2].decode())
+    for name, want in recorded.items():
+        have = dict(got.get(name) or {})
+        if not want["samples"]:  # no sample: the parser cannot see its labels either
+            have["labels"] = want["labels"]
+        assert have == want, (name, have, want)
+    assert set(got) <= set(recorded), set(got) - set(recorded)
+    # after a request the scheduler gauges are set, per engine
+    f.handle("POST", "/v1/completions", "", {}, json.dumps({"prompt": "hi", "max_tokens": 2}).encode())
+    after = _summary(f.handle("GET", "/metrics", "", {}, b"")[2].decode())
+    assert after["vllm:kv_cache_usage_perc"]["engines"] == ["0", "1"]
+    # one API server (explicit --api-server-count 1, or one engine): not multiprocess
+    single = _summary(FakeVLLM(port=8000, version="0.32.0", dev_mode=True, model="org/model", engines=2)
+                      .handle("GET", "/metrics", "", {}, b"")[2].decode())
+    assert single["vllm:kv_cache_usage_perc"]["samples"] and "vllm:prefix_cache_hits_created" in single
