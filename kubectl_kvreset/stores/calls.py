@@ -66,6 +66,7 @@ METHODS: dict[StoreKind, Callable[[FoundStore, str | None], str]] = {
     StoreKind.REDIS: _redis_method,
     StoreKind.VALKEY: _redis_method,
     StoreKind.MOONCAKE: lambda store, model: "POST /api/v1/remove_all?force=true",
+    StoreKind.INFINISTORE: lambda store, model: "POST /purge",
 }
 
 #: Kinds cleared per model (``<model>@*`` keys); the others are cleared store-wide.
