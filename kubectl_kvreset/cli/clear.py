@@ -108,7 +108,7 @@ def command(**params: Any) -> None:
         busy_timeout_s=parse_duration(params["busy_timeout"], default=30.0) or 0.0,
         rollout_timeout_s=parse_duration(params["timeout"], default=300.0) or 0.0,
         model_only=params["model_only"], whole_tier=params["whole_tier"], max_concurrency=params["max_concurrency"],
-        probe_all=interactive or params["dry_run"], shared_stores=params["shared"])
+        shared_stores=params["shared"])
     from ..job.scope import narrow_containers
 
     ctx = narrow_containers(complete(params, default_all=False), params["container"])

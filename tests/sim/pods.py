@@ -308,7 +308,7 @@ class PodRuntime:
                 hook = MooncakeStoreHook(dict(server.env), self._pod_file_reader(server.binds),
                                          self.ctx.overrides.get("hosts_file"),
                                          int(self.ctx.overrides.get("mooncake_admin_port") or DEFAULT_ADMIN_PORT))
-            for port in server.args.api_ports:
+            for index, port in enumerate(server.args.api_ports):
                 if port in ports:
                     self.notes.append(f"port {port} of {server.container} already taken")
                     continue
@@ -317,6 +317,9 @@ class PodRuntime:
                     served_model_name=server.args.served_model_name, connectors=connectors,
                     overrides=self._cache_overrides(server.container), tls=server.args.tls, env=server.env,
                     engines=server.args.engines,
+                    first_engine=(server.args.dp_ranks[index] if index < len(server.args.dp_ranks)
+                                  else server.args.first_engine),
+                    api_servers=server.args.api_servers,
                     kv_transfer_config=self.ctx.overrides.get("live_kv_transfer_config")
                     or server.args.live_kv_transfer_config(server.env, self._version),
                     store_hook=hook,
