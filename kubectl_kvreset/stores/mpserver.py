@@ -140,10 +140,11 @@ def parse_status(answer: Any, path: str = "/status") -> L1Count:
 
 def l1_status(http: Http) -> L1Count:
     """``GET /status`` (``/api/status`` on 0.4.x, tried when ``/status`` answers 404/405).
+    When neither exists (0.3.x has only ``/api/healthcheck``) the counts are None.
 
     Raises:
         MpServerError: the status answered neither 200 nor 404/405 (503 while the server
-            starts), was not JSON, or no status path exists.
+            starts) or was not JSON.
     """
     for path in STATUS_PATHS:
         status, body = http("GET", path, (), None)
@@ -155,7 +156,7 @@ def l1_status(http: Http) -> L1Count:
             return parse_status(json.loads(body or b"null"), path)
         except ValueError as exc:
             raise MpServerError(f"GET {path}: not JSON ({body[:100]!r})") from exc
-    raise MpServerError(f"neither GET {' nor GET '.join(STATUS_PATHS)} exists on this server (404)")
+    return L1Count(None, None, path=" or ".join(STATUS_PATHS))
 
 
 def clear_l1(http: Http, *, force: bool = False, dry_run: bool = False) -> MpClear:

@@ -17,7 +17,8 @@ How a pod's servers are found (DESIGN.md §4):
    continuations and comments removed; variables and control flow are not interpreted).
 3. The recorded argv is read by tests/sim/serveargs.py (ports, DP multi-port, connectors, tiers)
    and one :class:`tests.sim.fakevllm.FakeVLLM` answers on each API port. Routing sidecars
-   (recognised by image name) are emulated by tests/sim/sidecar.py.
+   (recognised by image name) are emulated by tests/sim/sidecar.py, the HTTP frontend of an LMCache
+   MP server (``lmcache server``) by tests/sim/fakemp.py.
 4. Caches start warm: GPU prefix blocks, CPU offload blocks where a CPU tier exists, a few files in
    every FS tier root (vLLM's ``vllm/v1/kv_offload/file_mapper.py`` layout, research/vllm.md
    §3.1), and ``/dev/shm/vllm_offload_<engine_id>.mmap`` for a CPU tier on vLLM >= 0.20.
@@ -64,6 +65,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from .fakemp import FakeMpServer, mp_http_port
 from .fakevllm import FakeVLLM, Response, dev_mode_state, parse_version
 from .images import DEFAULT_VERSION, image_entrypoint, image_vllm_version, is_sidecar_image
 from .sandbox import Bind, container_host_path, run_recorded, volume_binds
@@ -223,6 +225,7 @@ class PodRuntime:
         ]
         ports: dict[int, FakeVLLM | RoutingSidecar] = {}
         sidecar_specs: list[tuple[str, Any]] = []
+        mp_specs: list[tuple[int, FakeMpServer]] = []
 
         for c in sidecars + containers:
             name = str(c.get("name") or "")
@@ -235,6 +238,13 @@ class PodRuntime:
                     self._env[name] = env
                     self._recorded[name] = command + args
                     sidecar_specs.append((name, parse_sidecar_args(args, image)))
+                    continue
+                argv = [expand_k8s_vars(str(a), env) for a in (c.get("command") or []) + (c.get("args") or [])]
+                mp_port = mp_http_port(argv)
+                if mp_port is not None:  # an LMCache MP server's HTTP frontend (tests/sim/fakemp.py)
+                    self._env[name] = env
+                    self._recorded[name] = argv
+                    mp_specs.append((mp_port, FakeMpServer.for_pod(mp_port, image, self._cache_overrides(name))))
                     continue
                 if _mentions_vllm(c):
                     self._apply_dev_override(env)
@@ -286,6 +296,8 @@ class PodRuntime:
         for _name, sc in sidecar_specs:
             for port, vport in zip(sc.ports, sc.vllm_ports, strict=True):
                 ports.setdefault(port, RoutingSidecar(port=port, vllm_port=vport, secure=sc.secure, upstream=self._call))
+        for port, mp in mp_specs:
+            ports.setdefault(port, mp)  # type: ignore[arg-type]
 
         for server in self._servers:
             dev = dev_mode_state(server.env.get(DEV_MODE_ENV))

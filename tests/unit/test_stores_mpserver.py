@@ -191,3 +191,10 @@ def test_method_text() -> None:
     assert clear_method(True) == 'POST /cache/clear {"tier":"l1","force":true}'
     assert METHODS[StoreKind.LMCACHE_MP](None, None) == clear_method()  # type: ignore[arg-type]
     assert isinstance(MpClear(L1Count(0, 0), L1Count(0, 0), None), MpClear)
+
+
+def test_a_release_without_status_or_clear_is_left_unconfirmed() -> None:
+    done = clear_l1(lambda m, p, q, b: (200, b'{"status":"healthy"}') if p == "/api/healthcheck" else (404, b""))
+    assert (done.before.objects, done.after.objects, done.path) == (None, None, None) and done.left
+    result, before, after, message = summary([("mp/srv-0", done)])
+    assert (result, before, after) == ("left", None, None) and "no HTTP clear" in (message or "")
