@@ -69,6 +69,49 @@ def _manifest(ns: str, version: str) -> str:
         """)
 
 
+# LMCache's deployment pattern (research/lmcache.md §2 "Kubernetes deployment"): a hostNetwork
+# DaemonSet, reached by the vLLM pods at their node's address (status.hostIP)
+DAEMONSET = textwrap.dedent("""\
+    apiVersion: v1
+    kind: Namespace
+    metadata: {name: ds}
+    ---
+    apiVersion: apps/v1
+    kind: DaemonSet
+    metadata: {name: lmcache-server, namespace: ds}
+    spec:
+      selector: {matchLabels: {app: lmcache-server}}
+      template:
+        metadata: {labels: {app: lmcache-server}}
+        spec:
+          hostNetwork: true
+          containers:
+          - name: lmcache
+            image: lmcache/vllm-openai:v0.5.6
+            command: [lmcache, server, --host, 0.0.0.0, --port, "6555", --http-port, "8181"]
+            ports: [{containerPort: 6555}, {containerPort: 8181}]
+    ---
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: vllm, namespace: ds}
+    spec:
+      replicas: 1
+      selector: {matchLabels: {app: vllm}}
+      template:
+        metadata: {labels: {app: vllm}}
+        spec:
+          containers:
+          - name: vllm
+            image: vllm/vllm-openai:v0.32.0
+            command: [vllm, serve, org/model-mp]
+            args: [--port, "8000", --kv-transfer-config,
+                   '{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both","kv_connector_extra_config":{"lmcache.mp.host":"tcp://$(HOST_IP)","lmcache.mp.port":6555}}']
+            env:
+            - {name: VLLM_SERVER_DEV_MODE, value: "1"}
+            - {name: HOST_IP, valueFrom: {fieldRef: {fieldPath: status.hostIP}}}
+    """)
+
+
 def _mp(cluster: SimCluster, ns: str) -> dict[str, Any]:
     pod = next(p for p in cluster.live_pods() if p["namespace"] == ns and p["name"].startswith("lmcache-server"))
     return pod["ports"]["8181"]  # type: ignore[no-any-return]
@@ -79,10 +122,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
     """One cluster for the module: each test uses its own namespaces' servers."""
     require_sandbox()
     m = tmp_path_factory.mktemp("mp") / "m.yaml"
-    m.write_text("---\n".join(_manifest(ns, v) for ns, v in RELEASES.items()))
+    m.write_text("---\n".join([*(_manifest(ns, v) for ns, v in RELEASES.items()), DAEMONSET]))
     scenario = {"pods": [{"match": {"namespace": "v056", "owner": "deployment/lmcache-server"},
                           "mp_locked": 2, "mp_l2_objects": 4}]}
-    with SimCluster([m], namespace="v043", scenario=scenario, ready_delay=0.05) as c:
+    with SimCluster([m], namespace="v043", scenario=scenario, ready_delay=0.05, nodes=2) as c:
         c.wait_ready()
         yield c
 
@@ -126,3 +169,22 @@ def test_locked_objects_and_l2_are_left_until_forced(cluster: SimCluster) -> Non
     assert rows[0]["result"] == "left" and "L2" in rows[0]["message"]  # L1 empty, the L2 behind it is not
     calls = _mp(cluster, "v056")["clear_calls"]
     assert [c[1]["force"] for c in calls] == [False, True]
+
+
+def test_hostnetwork_daemonset_on_the_vllm_pods_node(cluster: SimCluster) -> None:
+    pods = cluster.api("/api/v1/namespaces/ds/pods")["items"]
+    [vllm] = [p for p in pods if p["metadata"]["name"].startswith("vllm")]
+    servers = [p for p in pods if p["metadata"]["name"].startswith("lmcache-server")]
+    assert len(servers) >= 2  # one per node
+    [mine] = [p["metadata"]["name"] for p in servers if p["status"]["podIP"] == vllm["status"]["hostIP"]]
+    local = next(p for p in cluster.live_pods() if p["name"] == mine)
+    code, rows, err = cluster.run_json("clear-store", "-n", "ds", "--all", "--yes")
+    assert code == 0, (rows, err)
+    [row] = rows
+    assert row["resolved"] == f"pod ds/{local['name']}" and row["via"] == f"ds/{local['name']}:8181", row
+    assert (row["before"], row["after"], row["result"]) == (6, 0, "emptied")
+    assert local["ports"]["8181"]["l1_objects"] == 6  # the snapshot taken before the clear
+    after = {p["name"]: p["ports"]["8181"]["l1_objects"] for p in cluster.live_pods()
+             if p["namespace"] == "ds" and p["name"].startswith("lmcache-server")}
+    assert after[local["name"]] == 0
+    assert all(n == 6 for name, n in after.items() if name != local["name"])  # other nodes' servers untouched
