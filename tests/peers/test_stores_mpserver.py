@@ -85,9 +85,16 @@ SERVER_CMD = ["lmcache", "server", "--host", "0.0.0.0", "--port", str(ZMQ_PORT),
 ZMQ_CMD = ["/opt/venv/bin/python3", "-m", "lmcache.v1.multiprocess.server", "--host", "0.0.0.0",
            "--port", str(ZMQ_PORT)]
 
+# a second real server with an L2 behind its L1 (LMCache's in-memory mock adapter)
+L2NS = "mpl2"
+L2_CMD = [*SERVER_CMD, "--l2-adapter", json.dumps({"type": "mock", "max_size_gb": 0.1, "mock_bandwidth_gb": 10})]
+
 MANIFEST = "---\n".join([
     f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}}}\n",
     f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ZNS}}}\n",
+    f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {L2NS}}}\n",
+    _server("lmcache-l2", L2NS, L2_CMD),
+    _vllm("v-l2", L2NS, "lmcache-l2"),
     _server("lmcache-server", NS, SERVER_CMD),
     _vllm("v-one", NS, f"lmcache-server.{NS}.svc.cluster.local"),
     _vllm("v-two", NS, "lmcache-server"),
@@ -112,24 +119,28 @@ def _name(sim: SimCluster, prefix: str, ns: str = NS) -> str:
     return f"{ns}/{_pod(sim, prefix)['name']}"
 
 
-def _status(sim: SimCluster) -> tuple[int, int]:
-    """(L1 objects, L1 bytes) from the real server's own ``GET /status``."""
-    ip = _pod(sim, "lmcache-server")["pod_ip"]
+def _full_status(sim: SimCluster, server: str = "lmcache-server") -> dict[str, Any]:
+    ip = _pod(sim, server)["pod_ip"]
     with urllib.request.urlopen(f"http://{ip}:{HTTP_PORT}/status", timeout=10) as resp:
-        l1 = json.loads(resp.read())["storage_manager"]["l1_managers"]
+        return json.loads(resp.read())["storage_manager"]  # type: ignore[no-any-return]
+
+
+def _status(sim: SimCluster, server: str = "lmcache-server") -> tuple[int, int]:
+    """(L1 objects, L1 bytes) from the real server's own ``GET /status``."""
+    l1 = _full_status(sim, server)["l1_managers"]
     return (sum(m["total_object_count"] for m in l1.values()), sum(m["memory_used_bytes"] for m in l1.values()))
 
 
-def _seed(sim: SimCluster, start: int = 0, end: int = 3) -> int:
+def _seed(sim: SimCluster, start: int = 0, end: int = 3, server_name: str = "lmcache-server", ns: str = NS) -> int:
     """Store ``end - start`` requests of 512 tokens with ``lmcache bench server`` (research/real-peers.md
     §2); returns the L1 object count after."""
     exe = peers.lmcache()
     assert exe is not None
-    server = _pod(sim, "lmcache-server")
+    server = _pod(sim, server_name)
     ip = server["pod_ip"]
     # lmcache_driven hands the KV tensors over as POSIX shared memory: the bench runs with the
     # server pod's /dev/shm (its shm dir in the simulator's state), as a client in that pod would
-    [shm] = (sim.tmp / "state" / "pods").glob(f"{NS}_{server['name']}_*/shm")
+    [shm] = (sim.tmp / "state" / "pods").glob(f"{ns}_{server['name']}_*/shm")
     done = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--bind", str(shm), "/dev/shm",
                            exe, "bench", "server", "--rpc-url", f"tcp://{ip}:{ZMQ_PORT}", "--url", f"http://{ip}:{HTTP_PORT}",
                            "--mode", "cpu", "--transfer-mode", "lmcache_driven",
@@ -139,9 +150,9 @@ def _seed(sim: SimCluster, start: int = 0, end: int = 3) -> int:
                           env={**os.environ, "PYTHONHASHSEED": "0", "LMCACHE_DISABLE_BANNER": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     deadline = time.monotonic() + 10
-    while _status(sim)[0] == 0 and time.monotonic() < deadline:
+    while _status(sim, server_name)[0] == 0 and time.monotonic() < deadline:
         time.sleep(0.2)
-    return _status(sim)[0]
+    return _status(sim, server_name)[0]
 
 
 @pytest.fixture(scope="module")
@@ -216,3 +227,17 @@ def test_zmq_only_server_is_left_with_the_remedy(mp_sim: SimCluster) -> None:
     server = _name(mp_sim, "lmcache-zmq", ZNS)
     assert "ZMQ-only" in row["message"] and server in row["message"]
     assert "restart" in row["message"] and "--http-port" in row["message"]
+
+
+def test_l2_behind_the_server_is_left_with_the_reason(mp_sim: SimCluster) -> None:
+    objects = _seed(mp_sim, server_name="lmcache-l2", ns=L2NS)
+    [l2] = _full_status(mp_sim, "lmcache-l2")["l2_adapters"]
+    assert l2["type"] == "MockL2Adapter" and l2["stored_object_count"] == objects
+    code, rows, err = mp_sim.run_json("clear-store", "-n", L2NS, "--all", "--yes")
+    assert code == 1, (rows, err)
+    [row] = rows
+    assert (row["before"], row["after"], row["result"]) == (objects, 0, "left"), row
+    assert f"MockL2Adapter ({objects} objects)" in row["message"] and "L1 only" in row["message"]
+    # the real server: L1 empty, its L2 untouched
+    assert _status(mp_sim, "lmcache-l2") == (0, 0)
+    assert _full_status(mp_sim, "lmcache-l2")["l2_adapters"][0]["stored_object_count"] == objects
