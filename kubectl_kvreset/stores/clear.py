@@ -2,7 +2,8 @@
 
 Redis/Valkey over ``pods/portforward`` to a ready endpoint pod of the Service (as
 ``kubectl port-forward svc/...`` picks one), the Mooncake master's admin port over the pod
-proxy. Each result carries the store's own counts before and after.
+proxy, the LMCache MP server's HTTP port over the pod proxy of every pod behind its address.
+Each result carries the store's own counts before and after.
 """
 
 from __future__ import annotations
@@ -53,9 +54,9 @@ Clearer = Callable[[Kube, StoreCall, Endpoint, bool, float], StoreResult]
 
 def pod_http(kube: Kube, ep: Endpoint, port: int, timeout_s: float) -> Callable[..., tuple[int, bytes]]:
     """An ``http(method, path, query, body=None) -> (status, body)`` to ``port`` of the endpoint's
-    pod over the API server's pod proxy (``pods/proxy``); a ``body`` goes as ``application/json``. An answer the API server itself gave (403, 404
-    of the pod, 503) raises :class:`KubeApiError` with its Status message, so a store's own 404 is
-    never mistaken for a missing pod."""
+    pod over the API server's pod proxy (``pods/proxy``); a ``body`` goes as ``application/json``.
+    An answer the API server itself gave (403, 404 of the pod, 503) raises :class:`KubeApiError`
+    with its Status message, so a store's own 404 is never mistaken for a missing pod."""
 
     def http(method: str, path: str, query: Sequence[tuple[str, str]] = (), body: bytes | None = None) -> tuple[int, bytes]:
         ans = kube.pod_proxy(ep.namespace, ep.name, port, method, path, list(query), body=body,

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.stores]
 RELEASES = {"v031": "0.3.15", "v043": "0.4.3", "v050": "0.5.0", "v053": "0.5.3", "v056": "0.5.6"}
 
 
-def _manifest(ns: str, version: str) -> str:
+def _manifest(ns: str, version: str, replicas: int = 1) -> str:
     ktc = json.dumps({"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
                       "kv_connector_extra_config": {"lmcache.mp.host": "tcp://lmcache-server", "lmcache.mp.port": 5555}})
     return textwrap.dedent(f"""\
@@ -33,7 +33,7 @@ def _manifest(ns: str, version: str) -> str:
         kind: Deployment
         metadata: {{name: lmcache-server, namespace: {ns}}}
         spec:
-          replicas: 1
+          replicas: {replicas}
           selector: {{matchLabels: {{app: lmcache-server}}}}
           template:
             metadata: {{labels: {{app: lmcache-server}}}}
@@ -122,7 +122,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
     """One cluster for the module: each test uses its own namespaces' servers."""
     require_sandbox()
     m = tmp_path_factory.mktemp("mp") / "m.yaml"
-    m.write_text("---\n".join([*(_manifest(ns, v) for ns, v in RELEASES.items()), DAEMONSET]))
+    m.write_text("---\n".join([*(_manifest(ns, v) for ns, v in RELEASES.items()), DAEMONSET,
+                                _manifest("two", "0.5.6", replicas=2)]))
     scenario = {"pods": [{"match": {"namespace": "v056", "owner": "deployment/lmcache-server"},
                           "mp_locked": 2, "mp_l2_objects": 4}]}
     with SimCluster([m], namespace="v043", scenario=scenario, ready_delay=0.05, nodes=2) as c:
@@ -188,3 +189,17 @@ def test_hostnetwork_daemonset_on_the_vllm_pods_node(cluster: SimCluster) -> Non
              if p["namespace"] == "ds" and p["name"].startswith("lmcache-server")}
     assert after[local["name"]] == 0
     assert all(n == 6 for name, n in after.items() if name != local["name"])  # other nodes' servers untouched
+
+
+def test_every_server_pod_behind_the_service_is_cleared(cluster: SimCluster) -> None:
+    code, rows, err = cluster.run_json("clear-store", "-n", "two", "--all", "--yes")
+    assert code == 0, (rows, err)
+    [row] = rows
+    servers = sorted(p["name"] for p in cluster.live_pods() if p["namespace"] == "two" and p["name"].startswith("lmcache"))
+    assert len(servers) == 2
+    assert (row["before"], row["after"], row["result"]) == (12, 0, "emptied"), row
+    assert sorted(row["via"].split(", ")) == [f"two/{n}:8181" for n in servers]
+    assert f"L1 of two/{servers[0]}: 6 -> 0 objects" in row["message"]
+    assert f"L1 of two/{servers[1]}: 6 -> 0 objects" in row["message"]
+    assert [p["ports"]["8181"]["l1_objects"] for p in cluster.live_pods()
+            if p["namespace"] == "two" and p["name"].startswith("lmcache")] == [0, 0]
