@@ -189,11 +189,15 @@ def clear_l1(http: Http, *, force: bool = False, dry_run: bool = False) -> MpCle
 
 def zmq_only_remedy(pod: str) -> str:
     """What would empty the L1 of the ZMQ-only MP server ``pod`` (``ns/name``), which has no HTTP
-    API (``python -m lmcache.v1.multiprocess.server``; lmcache.md §2 "Kubernetes deployment")."""
+    API (``python -m lmcache.v1.multiprocess.server``; lmcache.md §2 "Kubernetes deployment" and
+    §4: LMCache 0.5.6's ``lmcache_mp_connector.py`` forwards vLLM's ``reset_cache`` to the server's
+    L1 clear, unlocked objects only)."""
     return (f"pod {pod} runs the ZMQ-only MP server (python -m lmcache.v1.multiprocess.server): it has no "
             "HTTP clear. To empty its L1: restart that pod (disruptive: every vLLM pod connected to it "
             "loses its cache and reconnects), or run it as `lmcache server ... --http-port 8080` (the HTTP "
-            "frontend) so that POST /cache/clear can be called")
+            "frontend) so that POST /cache/clear can be called; where the vLLM pods load LMCache's own connector "
+            "(kv_connector_module_path lmcache.integration.vllm.lmcache_mp_connector, lmcache >= 0.5.6), "
+            "their reset_prefix_cache?reset_external=true clears its unlocked L1 objects")
 
 
 def _count(c: L1Count | None) -> str:
