@@ -198,3 +198,61 @@ def test_a_release_without_status_or_clear_is_left_unconfirmed() -> None:
     assert (done.before.objects, done.after.objects, done.path) == (None, None, None) and done.left
     result, before, after, message = summary([("mp/srv-0", done)])
     assert (result, before, after) == ("left", None, None) and "no HTTP clear" in (message or "")
+
+
+class FakeKube:
+    """The two calls the MP clearer makes: ``get`` of the server pod and its pod proxy (the
+    answers of ``servers``, by pod name; a missing name is the API server's 403)."""
+
+    def __init__(self, pods: dict[str, dict[str, Any]], servers: dict[str, FakeMp]) -> None:
+        self.pods, self.servers = pods, servers
+        self.proxied: list[tuple[str, int, str, str | None]] = []
+
+    def get_object(self, api: str, resource: str, ns: str, name: str) -> dict[str, Any]:
+        return self.pods[name]
+
+    def pod_proxy(self, ns: str, name: str, port: int, method: str, path: str, query: Any = (), *,
+                  body: bytes | None = None, content_type: str | None = None, timeout_s: Any = None) -> Any:
+        from kubectl_kvreset.kube import HttpAnswer
+
+        self.proxied.append((name, port, path, content_type))
+        if name not in self.servers:
+            status = json.dumps({"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
+                                 "message": f'pods "{name}" is forbidden: cannot create resource "pods/proxy"'})
+            return HttpAnswer(403, {}, status.encode(), from_apiserver=True)
+        code, answer = self.servers[name](method, path, query, body)
+        return HttpAnswer(code, {}, answer)
+
+
+def _pod(name: str, command: list[str]) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "mp"}, "spec": {"containers": [{"name": "c", "command": command}]}}
+
+
+def test_the_clearer_reaches_each_pod_on_its_http_port() -> None:
+    from kubectl_kvreset.stores.calls import StoreCall
+    from kubectl_kvreset.stores.clear import CLEARERS, run_call
+    from kubectl_kvreset.stores.find import FoundStore
+    from kubectl_kvreset.stores.resolve import Endpoint, Resolution
+
+    eps = (Endpoint("mp", "a", 5555), Endpoint("mp", "b", 5555), Endpoint("mp", "c", 5555, ready=False))
+    store = FoundStore(StoreKind.LMCACHE_MP, None, Resolution("service", "mp", "lmcache", 5555, eps), ())
+    call = StoreCall(store, "store", None, clear_method())
+    kube = FakeKube({"a": _pod("a", ["lmcache", "server", "--http-port", "8181"]),
+                     "b": _pod("b", ["lmcache", "server"]), "c": _pod("c", ["lmcache", "server"])},
+                    {"a": FakeMp(objects=2), "b": FakeMp(objects=3)})
+    assert StoreKind.LMCACHE_MP in CLEARERS
+    done = run_call(kube, call)  # type: ignore[arg-type]
+    assert (done.before, done.after, done.unit, done.via) == (None, None, "objects", "mp/a:8181, mp/b:8080")
+    assert done.result == "left" and "pod mp/c is not ready" in (done.message or "")
+    assert ("a", 8181, "/cache/clear", "application/json") in kube.proxied
+    assert kube.servers["a"].objects == 0 and kube.servers["b"].objects == 0
+    # a refused pod proxy fails the row and names the permission
+    kube = FakeKube({"a": _pod("a", ["lmcache", "server"])}, {})
+    done = run_call(kube, StoreCall(FoundStore(StoreKind.LMCACHE_MP, None, Resolution("pod", "mp", "a", None, eps[:1]), ()),
+                                    "store", None, clear_method()))  # type: ignore[arg-type]
+    assert done.result == "failed" and 'cannot create resource "pods/proxy"' in (done.message or "")
+    # a ZMQ-only server: nothing is called
+    kube = FakeKube({"a": _pod("a", ["python3", "-m", "lmcache.v1.multiprocess.server"])}, {})
+    done = run_call(kube, StoreCall(FoundStore(StoreKind.LMCACHE_MP, None, Resolution("pod", "mp", "a", None, eps[:1]), ()),
+                                    "store", None, clear_method()))  # type: ignore[arg-type]
+    assert done.result == "left" and "ZMQ-only" in (done.message or "") and kube.proxied == []
