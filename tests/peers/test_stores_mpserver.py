@@ -3,7 +3,8 @@
 (research/lmcache.md §2), used by fake vLLM pods whose ``LMCacheMPConnector`` names it
 (markers ``stores`` and ``peers``). The server's L1 is seeded with ``lmcache bench server``
 (research/real-peers.md §2) against the pod's loopback address and read back from its own
-``GET /status``."""
+``GET /status``. A second real server keeps an L2 (LMCache's mock adapter) behind its L1; a
+third pod runs the ZMQ-only server command (not run: it has no HTTP port to reach anyway)."""
 
 from __future__ import annotations
 
