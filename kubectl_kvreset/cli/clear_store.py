@@ -54,7 +54,9 @@ def force_mp_option(func: Any) -> Any:
         "port-forward), counted before and after. Mooncake master: POST /api/v1/remove_all?force=true "
         "on its admin port through the pod proxy, confirmed by master_key_count. LMCache MP server: "
         "POST /cache/clear {\"tier\":\"l1\",\"force\":false} on its HTTP port (--http-port, default 8080; "
-        "older servers' /clear-cache, /api/clear-cache), confirmed by the L1 objects in GET /status. A clear that would "
+        "older servers' /clear-cache, /api/clear-cache), confirmed by the L1 objects in GET /status. "
+        "InfiniStore: POST /purge on its manage port, confirmed by /kvmap_len. LMCache's local disk: its "
+        "*.pt files deleted through exec as clear-fs deletes, counted before and after. A clear that would "
         "remove what pods outside the targets use is left unless --shared-stores is given. "
         + EXIT_CODES_HELP
     ),
@@ -92,7 +94,7 @@ def command(**params: Any) -> None:
                            timeout_s=timeout)
         emit(report, params["output"], empty_message="Nothing to do.")
         return
-    if sys.stdin.isatty() and not params["yes"] and plan.calls:
+    if sys.stdin.isatty() and not params["yes"] and not plan.empty:
         info(plan.report().render("table").rstrip())
         if not click.confirm("Clear these stores?", default=False, err=True):
             info("nothing changed")

@@ -71,6 +71,7 @@ METHODS: dict[StoreKind, Callable[[FoundStore, str | None], str]] = {
     StoreKind.VALKEY: _redis_method,
     StoreKind.MOONCAKE: lambda store, model: "POST /api/v1/remove_all?force=true",
     StoreKind.LMCACHE_MP: lambda store, model: clear_method(force=False),
+    StoreKind.INFINISTORE: lambda store, model: "POST /purge",
 }
 
 #: Kinds cleared per model (``<model>@*`` keys); the others are cleared store-wide.

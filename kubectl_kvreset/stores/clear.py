@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from ..kube import Kube, KubeApiError, KubeConnectionError, status_message
 from .calls import StoreCall
 from .config import StoreKind
+from .infinistore import InfiniStoreError, clear_infinistore
 from .mooncake import MooncakeError, clear_master
 from .mpserver import MpClear, MpServerError, clear_l1, summary, zmq_only_remedy
 from .redisclear import RedisStoreError, clear_model_keys
+from .refusal import api_refusal
 from .resolve import Endpoint, admin_port, mp_has_http
 
 __all__ = ["CLEARERS", "STORE_ERRORS", "Clearer", "StoreResult", "pod_http", "pod_object", "run_call"]
@@ -122,9 +124,24 @@ def _clear_mp(kube: Kube, call: StoreCall, ep: Endpoint, dry_run: bool, timeout_
         except MpServerError as exc:
             parts.append((name, exc))
         except KubeApiError as exc:
-            parts.append((name, MpServerError(f"the API server refused the call: {exc}")))
+            parts.append((name, MpServerError(api_refusal(call, exc))))
     result, before, after, message = summary(parts, force=call.force, dry_run=dry_run)
     return StoreResult(result, before, after, unit="objects", via=", ".join(vias) or None, message=message)
+
+
+def _clear_infinistore(kube: Kube, call: StoreCall, ep: Endpoint, dry_run: bool, timeout_s: float) -> StoreResult:
+    port = admin_port(StoreKind.INFINISTORE, pod_object(kube, ep)) or 18080
+    via = f"{ep.namespace}/{ep.name}:{port}"
+    done = clear_infinistore(pod_http(kube, ep, port, timeout_s), dry_run=dry_run)
+    if dry_run:
+        return StoreResult("planned", done.before, done.after, via=via)
+    if not done.confirmed:
+        return StoreResult("unconfirmed", done.before, None, via=via, message=(
+            f"POST /purge answered ok (num {done.purged}), but the server does not answer GET /kvmap_len: "
+            "nothing confirms the map is empty"))
+    result = "emptied" if done.after == 0 else "left"
+    msg = None if result == "emptied" else f"{done.after} key(s) remain (written meanwhile?)"
+    return StoreResult(result, done.before, done.after, via=via, message=msg)
 
 
 #: The store kinds this version clears, and how (one entry per kind; ``calls.METHODS`` names
@@ -134,10 +151,11 @@ CLEARERS: dict[StoreKind, Clearer] = {
     StoreKind.VALKEY: _clear_redis,
     StoreKind.MOONCAKE: _clear_mooncake,
     StoreKind.LMCACHE_MP: _clear_mp,
+    StoreKind.INFINISTORE: _clear_infinistore,
 }
 
 #: Errors a clearer may raise for a store's answer; each becomes a ``failed`` result.
-STORE_ERRORS: tuple[type[Exception], ...] = (RedisStoreError, MooncakeError, MpServerError)
+STORE_ERRORS: tuple[type[Exception], ...] = (RedisStoreError, MooncakeError, MpServerError, InfiniStoreError)
 
 
 def run_call(kube: Kube, call: StoreCall, *, dry_run: bool = False, timeout_s: float = 30.0) -> StoreResult:
@@ -156,7 +174,7 @@ def run_call(kube: Kube, call: StoreCall, *, dry_run: bool = False, timeout_s: f
     except STORE_ERRORS as exc:
         return StoreResult("failed", message=str(exc))
     except KubeApiError as exc:
-        return StoreResult("failed", message=f"the API server refused the call: {exc}")
+        return StoreResult("failed", message=api_refusal(call, exc))
     except KubeConnectionError as exc:
         return StoreResult("failed", message=str(exc))
 

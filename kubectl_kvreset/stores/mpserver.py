@@ -214,14 +214,16 @@ def summary(parts: Sequence[tuple[str, MpClear | str | Exception]], *, force: bo
 
     ``before``/``after`` are L1 objects summed over the pods (None when one is unknown);
     bytes go in the message. ``emptied`` only when every pod was cleared, ``after`` is 0 and no
-    L2 sits behind them; ``planned`` on a dry run; ``failed`` when a call failed; otherwise
-    ``left`` with the reasons.
+    L2 sits behind them; ``planned`` on a dry run; ``failed`` when a call failed; ``left`` with
+    the reasons when something stays; ``unconfirmed`` when the clear answered ok but the status
+    gives no count to confirm it.
     """
     reasons: list[str] = []
     counts: list[str] = []
     befores: list[int | None] = []
     afters: list[int | None] = []
     l2: list[str] = []
+    unconfirmed: list[str] = []
     failed = False
     for pod, part in parts:
         if isinstance(part, (str, Exception)):
@@ -243,8 +245,11 @@ def summary(parts: Sequence[tuple[str, MpClear | str | Exception]], *, force: bo
             reasons.append(part.left)
         l2 += [f"{pod}: {a}" for a in part.after.l2]
         if part.after.objects is None and not part.left:
-            reasons.append(f"unconfirmed: GET {part.after.path} of {pod} gave no L1 object count")
+            unconfirmed.append(f"unconfirmed: GET {part.after.path} of {pod} gave no L1 object count")
     before, after = _sum(befores), _sum(afters)
+    if dry_run:
+        reasons += unconfirmed
+        unconfirmed = []
     if dry_run and not reasons:
         notes = counts + ([f"force: true ({FORCE_FLAG})"] if force else [])
         if l2:
@@ -258,8 +263,8 @@ def summary(parts: Sequence[tuple[str, MpClear | str | Exception]], *, force: bo
     if l2:
         reasons.append("the L2 behind the MP server is not cleared by this call (StorageManager.clear empties "
                        f"L1 only): {', '.join(l2)}; clear that store itself")
-    result = "failed" if failed else "left" if reasons else "emptied"
-    return result, before, after, "; ".join(counts + reasons) or None
+    result = "failed" if failed else "left" if reasons else "unconfirmed" if unconfirmed else "emptied"
+    return result, before, after, "; ".join(counts + reasons + unconfirmed) or None
 
 
 def with_force(calls: Sequence[Any], force: bool) -> list[Any]:

@@ -171,7 +171,7 @@ def test_status_shapes() -> None:
     # a count that cannot be read is never emptied
     done = clear_l1(FakeMp(status_shape="none"))
     result, _, after, message = summary([("mp/srv-0", done)])
-    assert result == "left" and after is None and "unconfirmed" in (message or "")
+    assert result == "unconfirmed" and after is None and "gave no L1 object count" in (message or "")
 
 
 def test_several_pods_zmq_only_and_errors() -> None:
