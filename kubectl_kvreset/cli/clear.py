@@ -104,8 +104,7 @@ def command(**params: Any) -> None:
         fallback=chosen or "none", preempt_running=params["preempt_running"],
         busy_timeout_s=parse_duration(params["busy_timeout"], default=30.0) or 0.0,
         rollout_timeout_s=parse_duration(params["timeout"], default=300.0) or 0.0,
-        model_only=params["model_only"], whole_tier=params["whole_tier"], max_concurrency=params["max_concurrency"],
-        probe_all=interactive or params["dry_run"])
+        model_only=params["model_only"], whole_tier=params["whole_tier"], max_concurrency=params["max_concurrency"])
     from ..job.scope import narrow_containers
 
     ctx = narrow_containers(complete(params, default_all=False), params["container"])

@@ -311,7 +311,7 @@ class PodRuntime:
         for server in self._servers:
             dev = dev_mode_state(server.env.get(DEV_MODE_ENV))
             connectors = server.args.connectors(server.env, self._version)
-            for port in server.args.api_ports:
+            for index, port in enumerate(server.args.api_ports):
                 if port in ports:
                     self.notes.append(f"port {port} of {server.container} already taken")
                     continue
@@ -320,6 +320,9 @@ class PodRuntime:
                     served_model_name=server.args.served_model_name, connectors=connectors,
                     overrides=self._cache_overrides(server.container), tls=server.args.tls, env=server.env,
                     engines=server.args.engines,
+                    first_engine=(server.args.dp_ranks[index] if index < len(server.args.dp_ranks)
+                                  else server.args.first_engine),
+                    api_servers=server.args.api_servers,
                     kv_transfer_config=self.ctx.overrides.get("live_kv_transfer_config")
                     or server.args.live_kv_transfer_config(server.env, self._version),
                 )
