@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .clear_store import shared_option
+from .clear_store import force_mp_option, shared_option
 from .options import (
     EXIT_CODES_HELP,
     INTERRUPTED,
@@ -75,6 +75,7 @@ def dev_mode_on(pod: VllmPod) -> bool | None:
 @model_only_option("clear-fs step: delete only the served model's directories in an FS tier.")
 @whole_tier_option
 @shared_option
+@force_mp_option
 @click.option("--dry-run", is_flag=True, help="Print each pod's plan (steps, tiers emptied and left); change nothing.")
 @yes_option
 @output_option
@@ -113,7 +114,7 @@ def command(**params: Any) -> None:
 
     ctx = narrow_containers(complete(params, default_all=False), params["container"])
     exit_if_empty(ctx, required=True, output=params["output"])
-    stores = plan_store(ctx, shared=params["shared"])
+    stores = plan_store(ctx, shared=params["shared"], force_mp=params["force_mp"])
     holds = reset_holds(ctx.pods, stores.calls, stores.unknown, shared=params["shared"])
     the_plan = plan(ctx, options, cancel=INTERRUPTED, fallback_chosen=chosen, holds=holds)
     for note in stores.notes:
