@@ -293,13 +293,20 @@ _ROOT_LOG_LOCK = threading.Lock()
 
 class _quiet_library:
     """Context manager: while credential code of the client runs, the root logger's records
-    go to a :class:`_LibraryLog` (``.log``) instead of the terminal. One thread at a time."""
+    go to a :class:`_LibraryLog` (``.log``; ``log`` reuses one, emptied first: building a
+    logging handler takes logging's global lock) instead of the terminal. One thread at a time."""
+
+    def __init__(self, log: _LibraryLog | None = None) -> None:
+        self.log = log
 
     def __enter__(self) -> _LibraryLog:
         _ROOT_LOG_LOCK.acquire()
         self.root = logging.getLogger()
         self.saved = list(self.root.handlers)
-        self.log = _LibraryLog()
+        if self.log is None:
+            self.log = _LibraryLog()
+        else:
+            self.log.messages = []
         self.root.handlers = [self.log]
         return self.log
 
@@ -390,13 +397,31 @@ class Transport:
                                                   **kwargs)
         else:
             self.pool = urllib3.PoolManager(**kwargs)
+        #: the API server's own connection pool, asked for once (the manager would parse the
+        #: URL and look the pool up again on every request); None behind a proxy, where the
+        #: manager decides per request how to reach the server
+        self.host_pool: Any = None if isinstance(self.pool, urllib3.ProxyManager) else \
+            self.pool.connection_from_url(str(configuration.host))
+        self._timeouts: dict[float | None, Any] = {}
         self._auth_lock = threading.Lock()
+        self._auth_log = _LibraryLog()
+
+    def timeout(self, bound: float | None) -> Any:
+        """The ``urllib3.Timeout`` for a request bound (seconds; None or 0: only the 30 s
+        connect bound), built once per value."""
+        found = self._timeouts.get(bound)
+        if found is None:
+            import urllib3
+
+            found = urllib3.Timeout(total=bound) if bound else urllib3.Timeout(connect=30.0)
+            self._timeouts[bound] = found
+        return found
 
     def authorization(self) -> tuple[str | None, list[str]]:
         """The ``Authorization`` header value (None without a token), refreshed by the client's
         hook when the token has expired (an exec plugin runs again), and the library's log
         messages of that refresh (a failed plugin logs instead of raising)."""
-        with self._auth_lock, _quiet_library() as log:
+        with self._auth_lock, _quiet_library(self._auth_log) as log:
             value = self.configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
         return (str(value) if value else None), log.messages
 
@@ -856,12 +881,13 @@ class Kube:
         if content_type:
             headers["Content-Type"] = content_type
         headers.update(self._auth_headers())
-        url = self.host + path
-        if query:
-            url += "?" + urlencode(list(query))
+        target = path + "?" + urlencode(list(query)) if query else path
+        url = self.host + target
         bound = self.timeout_s if timeout_s is False else timeout_s
-        timeout = urllib3.Timeout(total=bound) if bound else urllib3.Timeout(connect=30.0)
-        pool = self._transport.pool
+        transport = self._transport
+        timeout = transport.timeout(bound) if isinstance(transport, Transport) else \
+            (urllib3.Timeout(total=bound) if bound else urllib3.Timeout(connect=30.0))
+        host_pool = getattr(transport, "host_pool", None)
         if self._impersonate_groups:
             # urllib3 headers are a mapping: several Impersonate-Group values join with commas
             headers["Impersonate-Group"] = ",".join(self._impersonate_groups)
@@ -873,7 +899,13 @@ class Kube:
                               for k, v in headers.items())
             _LOG.debug("request headers: %s", shown)  # as kubectl -v=8 prints them, not a Python repr
         try:
-            r = pool.request(method, url, body=body, headers=headers, timeout=timeout, retries=False, preload_content=True)
+            if host_pool is not None:
+                # as PoolManager.request would send it, without its per-call URL parsing
+                r = host_pool.urlopen(method, target, body=body, headers=headers, timeout=timeout, retries=False,
+                                      redirect=False, preload_content=True)
+            else:
+                r = transport.pool.request(method, url, body=body, headers=headers, timeout=timeout, retries=False,
+                                           preload_content=True)
         except urllib3.exceptions.NewConnectionError as exc:
             # a subclass of ConnectTimeoutError in urllib3 2.x: a refused connection is not a timeout
             raise KubeConnectionError(f"cannot reach the API server at {self.host}: {_short(exc)}") from exc

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -87,6 +89,8 @@ def parallel(items: Iterable[T], fn: Callable[[T], R], max_workers: int,
     flight are waited for up to :data:`INFLIGHT_BOUND_S` (a second Ctrl-C, or
     :meth:`Cancel.abandon`, stops waiting) and those that did not finish get :data:`NOT_RUN`.
     """
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait  # not at import: --help stays fast
+
     items = list(items)
     cancel = cancel or Cancel()
     if not items:
