@@ -210,6 +210,38 @@ class _LazyApiClient:
         return ApiClient(*args, **kwargs)
 
 
+class _LazyOAuth2Session:
+    """Stands for ``requests_oauthlib.OAuth2Session``, which ``kube_config`` imports by name for
+    the OIDC token refresh only (``requests_oauthlib`` imports ``requests``: about 30 ms of every
+    start). Calling it imports and returns the real one."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        from requests_oauthlib import OAuth2Session
+
+        return OAuth2Session(*args, **kwargs)
+
+
+def _stand_in_module(name: str, attrs: dict[str, Any]) -> Any:
+    """A module ``name`` holding ``attrs``, registered only while ``kube_config`` is imported;
+    any other attribute it is asked for comes from the real module (PEP 562 ``__getattr__``)."""
+    import importlib
+    import sys
+    import types
+
+    module = types.ModuleType(name)
+    module.__dict__.update(attrs)
+
+    def real(attr: str) -> Any:
+        if attr in _PROBED:
+            raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+        if sys.modules.get(name) is module:
+            del sys.modules[name]
+        return getattr(importlib.import_module(name), attr)
+
+    module.__getattr__ = real  # type: ignore[method-assign]
+    return module
+
+
 def client_parts() -> _ClientParts:
     """Import the parts of the ``kubernetes`` client this adapter uses, once per process.
 
@@ -218,7 +250,9 @@ def client_parts() -> _ClientParts:
     are therefore registered as packages whose ``__init__`` runs only when an attribute it
     defines is asked for, then ``kubernetes.config`` (loaders, exec provider) is imported
     normally. ``kube_config``'s ``from kubernetes.client import ApiClient, Configuration`` is
-    served without ``kubernetes.client.api_client``.
+    served without ``kubernetes.client.api_client``, and its ``from requests_oauthlib import
+    OAuth2Session`` (the OIDC refresh) without importing ``requests``: each stand-in imports the
+    real class when called.
 
     It survives a client upgrade: a name the new version wants from a package is found by
     running that package's real ``__init__`` (slower, still correct), and any import error on
@@ -255,7 +289,15 @@ def _import_parts() -> _ClientParts:
             configuration = importlib.import_module("kubernetes.client.configuration")
             sub.Configuration = configuration.Configuration
             sub.ApiClient = _LazyApiClient
-            kube_config = importlib.import_module("kubernetes.config.kube_config")
+            stand_in = None
+            if "requests_oauthlib" not in sys.modules:
+                stand_in = _stand_in_module("requests_oauthlib", {"OAuth2Session": _LazyOAuth2Session})
+                sys.modules["requests_oauthlib"] = stand_in
+            try:
+                kube_config = importlib.import_module("kubernetes.config.kube_config")
+            finally:
+                if stand_in is not None and sys.modules.get("requests_oauthlib") is stand_in:
+                    del sys.modules["requests_oauthlib"]  # a later import gets the real module
             incluster = importlib.import_module("kubernetes.config.incluster_config")
             exc_mod = importlib.import_module("kubernetes.config.config_exception")
             return _ClientParts(configuration.Configuration, kube_config, incluster,
