@@ -216,7 +216,7 @@ class _LazyOAuth2Session:
     start). Calling it imports and returns the real one."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        from requests_oauthlib import OAuth2Session
+        from requests_oauthlib import OAuth2Session  # type: ignore[import-untyped]
 
         return OAuth2Session(*args, **kwargs)
 
@@ -385,6 +385,98 @@ def _detail(messages: Sequence[str], exc: BaseException | None = None) -> str:
     return "; ".join(dict.fromkeys(texts)) or "no credentials came back"
 
 
+class _KeepAlive:
+    """At most ``size`` keep-alive HTTP/1.1 connections to one API server (the standard
+    library's ``http.client``, sharing one ``ssl.SSLContext``), for the plain requests of a run.
+
+    urllib3's pool does the same with about 0.25 ms more CPU per request (URL parsing, header
+    containers, response wrappers, measured by ``make bench``): with three reset routes per pod
+    that was most of the plugin's CPU per pod. Same rules as that pool with ``block=True`` and
+    ``retries=False``: a caller waits when all ``size`` connections are busy (so a run makes at
+    most ``size`` TLS handshakes), an idle connection the server has closed is dropped before
+    reuse, nothing is re-sent here, redirects are returned as they are.
+
+    Raises from :meth:`request`: ``TimeoutError`` (the bound was hit), ``OSError`` (refused,
+    reset, TLS failure) and ``http.client.HTTPException`` (a malformed or cut answer).
+    """
+
+    def __init__(self, host: str, port: int, ssl_context: Any, size: int, prefix: str = "") -> None:
+        self.host = host
+        self.port = port
+        #: the server URL's own path (a cluster behind a path-routing proxy), put before each target
+        self.prefix = prefix.rstrip("/")
+        self.ssl_context = ssl_context
+        self.size = max(1, size)
+        self._idle: list[Any] = []
+        self._open = 0
+        self._cond = threading.Condition()
+
+    def _take(self) -> Any:
+        # an idle connection (the most recent first), or None: the caller may open one
+        import select
+
+        with self._cond:
+            while True:
+                while self._idle:
+                    conn = self._idle.pop()
+                    sock = conn.sock
+                    try:
+                        dropped = sock is None or bool(select.select([sock], [], [], 0)[0])
+                    except (OSError, ValueError):
+                        dropped = True
+                    if not dropped:
+                        return conn
+                    conn.close()  # closed by the server while idle (or sent what nobody asked for)
+                    self._open -= 1
+                if self._open < self.size:
+                    self._open += 1
+                    return None
+                self._cond.wait()
+
+    def _give(self, conn: Any, keep: bool) -> None:
+        with self._cond:
+            if keep:
+                self._idle.append(conn)
+            else:
+                if conn is not None:
+                    conn.close()
+                self._open -= 1
+            self._cond.notify()
+
+    def request(self, method: str, target: str, body: bytes | None, headers: Mapping[str, str],
+                bound: float | None) -> tuple[int, dict[str, str], bytes]:
+        """Send one request (``target``: path and query) and read the whole answer:
+        ``(status, headers with lower-case names, body)``. ``bound`` (seconds, None: only the
+        30 s connect bound) limits the connect and each read."""
+        import http.client
+
+        conn = self._take()
+        keep = False
+        try:
+            if conn is None:
+                if self.ssl_context is not None:
+                    conn = http.client.HTTPSConnection(self.host, self.port, timeout=min(bound or 30.0, 30.0),
+                                                       context=self.ssl_context)
+                else:
+                    conn = http.client.HTTPConnection(self.host, self.port, timeout=min(bound or 30.0, 30.0))
+                conn.connect()
+            conn.sock.settimeout(bound or None)
+            conn.request(method, self.prefix + target, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            keep = not resp.will_close
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+        finally:
+            self._give(conn, keep)
+
+    def close(self) -> None:
+        """Close the idle connections."""
+        with self._cond:
+            while self._idle:
+                self._idle.pop().close()
+                self._open -= 1
+
+
 class Transport:
     """The HTTP side of a connection: one ``ssl.SSLContext`` (CA, client certificate, verify
     mode: built once, as loading a CA bundle per connection costs about 0.5 ms of CPU) and one
@@ -439,11 +531,17 @@ class Transport:
                                                   **kwargs)
         else:
             self.pool = urllib3.PoolManager(**kwargs)
-        #: the API server's own connection pool, asked for once (the manager would parse the
-        #: URL and look the pool up again on every request); None behind a proxy, where the
-        #: manager decides per request how to reach the server
-        self.host_pool: Any = None if isinstance(self.pool, urllib3.ProxyManager) else \
-            self.pool.connection_from_url(str(configuration.host))
+        #: the plain requests' keep-alive connections (:class:`_KeepAlive`); None behind a proxy
+        #: or with ``tls-server-name``, where the urllib3 pool above serves them
+        self.keep_alive: _KeepAlive | None = None
+        if not isinstance(self.pool, urllib3.ProxyManager) and not getattr(configuration, "tls_server_name", None):
+            from urllib.parse import urlsplit
+
+            url = urlsplit(str(configuration.host))
+            if url.hostname and url.scheme in ("http", "https"):
+                self.keep_alive = _KeepAlive(url.hostname, url.port or (443 if url.scheme == "https" else 80),
+                                             self.ssl_context if url.scheme == "https" else None, self.pool_size,
+                                             url.path)
         self._timeouts: dict[float | None, Any] = {}
         self._auth_lock = threading.Lock()
         self._auth_log = _LibraryLog()
@@ -916,8 +1014,6 @@ class Kube:
     def _send(self, method: str, path: str, *, query: Sequence[tuple[str, str]], body: bytes | None,
               content_type: str | None, accept: str, timeout_s: float | None | bool) -> HttpAnswer:
         """One attempt of :meth:`request`."""
-        import urllib3
-
         headers = dict(self._headers)
         headers["Accept"] = accept
         if content_type:
@@ -927,9 +1023,7 @@ class Kube:
         url = self.host + target
         bound = self.timeout_s if timeout_s is False else timeout_s
         transport = self._transport
-        timeout = transport.timeout(bound) if isinstance(transport, Transport) else \
-            (urllib3.Timeout(total=bound) if bound else urllib3.Timeout(connect=30.0))
-        host_pool = getattr(transport, "host_pool", None)
+        keep_alive = getattr(transport, "keep_alive", None)
         if self._impersonate_groups:
             # urllib3 headers are a mapping: several Impersonate-Group values join with commas
             headers["Impersonate-Group"] = ",".join(self._impersonate_groups)
@@ -940,14 +1034,35 @@ class Kube:
             shown = ", ".join(f"{k}: {'<redacted>' if k.lower() in ('authorization', 'cookie') else v}"
                               for k, v in headers.items())
             _LOG.debug("request headers: %s", shown)  # as kubectl -v=8 prints them, not a Python repr
+        if keep_alive is not None:
+            status, hdrs, data = self._send_keep_alive(keep_alive, method, path, target, body, headers, bound)
+        else:
+            status, hdrs, data = self._send_urllib3(method, path, url, body, headers, bound)
+        _LOG.info("%s %s %s in %.0f ms", method, url, status, (time.monotonic() - started) * 1000)
+        return HttpAnswer(status, hdrs, data, from_apiserver=status >= 400 and is_apiserver_status(data, hdrs))
+
+    def _send_keep_alive(self, keep_alive: _KeepAlive, method: str, path: str, target: str, body: bytes | None,
+                         headers: dict[str, str], bound: float | None) -> tuple[int, dict[str, str], bytes]:
+        import http.client
+
         try:
-            if host_pool is not None:
-                # as PoolManager.request would send it, without its per-call URL parsing
-                r = host_pool.urlopen(method, target, body=body, headers=headers, timeout=timeout, retries=False,
-                                      redirect=False, preload_content=True)
-            else:
-                r = transport.pool.request(method, url, body=body, headers=headers, timeout=timeout, retries=False,
-                                           preload_content=True)
+            return keep_alive.request(method, target, body, headers, bound)
+        except TimeoutError as exc:  # socket.timeout is TimeoutError
+            limit = f"{bound:g} s (--request-timeout)" if bound else "30 s (connect)"
+            raise KubeConnectionError(f"{method} {path}: no answer from {self.host} within {limit}") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise KubeConnectionError(f"cannot reach the API server at {self.host}: {_short(exc) or type(exc).__name__}") from exc
+
+    def _send_urllib3(self, method: str, path: str, url: str, body: bytes | None, headers: dict[str, str],
+                      bound: float | None) -> tuple[int, dict[str, str], bytes]:
+        import urllib3
+
+        transport = self._transport
+        timeout = transport.timeout(bound) if isinstance(transport, Transport) else \
+            (urllib3.Timeout(total=bound) if bound else urllib3.Timeout(connect=30.0))
+        try:
+            r = transport.pool.request(method, url, body=body, headers=headers, timeout=timeout, retries=False,
+                                       preload_content=True)
         except urllib3.exceptions.NewConnectionError as exc:
             # a subclass of ConnectTimeoutError in urllib3 2.x: a refused connection is not a timeout
             raise KubeConnectionError(f"cannot reach the API server at {self.host}: {_short(exc)}") from exc
@@ -956,10 +1071,7 @@ class Kube:
             raise KubeConnectionError(f"{method} {path}: no answer from {self.host} within {limit}") from exc
         except urllib3.exceptions.HTTPError as exc:
             raise KubeConnectionError(f"cannot reach the API server at {self.host}: {_short(exc)}") from exc
-        hdrs = {k.lower(): v for k, v in r.headers.items()}
-        data: bytes = r.data or b""
-        _LOG.info("%s %s %s in %.0f ms", method, url, r.status, (time.monotonic() - started) * 1000)
-        return HttpAnswer(r.status, hdrs, data, from_apiserver=r.status >= 400 and is_apiserver_status(data, hdrs))
+        return r.status, {k.lower(): v for k, v in r.headers.items()}, r.data or b""
 
     def get_json(self, path: str, *, query: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
         """GET an API path and decode its JSON.
