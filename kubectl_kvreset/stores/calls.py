@@ -13,7 +13,7 @@ the flag and the other users.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..pods import VllmPod
@@ -21,13 +21,9 @@ from .config import StoreKind
 from .find import FoundStore
 from .resolve import remedy
 
-__all__ = ["SHARED_FLAG", "StoreCall", "plan_calls"]
+__all__ = ["METHODS", "PER_MODEL_KINDS", "SHARED_FLAG", "StoreCall", "plan_calls"]
 
 SHARED_FLAG = "--shared-stores"
-
-#: Kinds this version clears; the others are reported left with what would clear them.
-CLEARED_KINDS = frozenset({StoreKind.REDIS, StoreKind.VALKEY, StoreKind.MOONCAKE})
-
 
 @dataclass(frozen=True)
 class StoreCall:
@@ -56,15 +52,30 @@ def _names(pods: Sequence[VllmPod]) -> tuple[str, ...]:
     return tuple(f"{p.namespace}/{p.name}" for p in pods)
 
 
-def _method(store: FoundStore, model: str | None) -> str:
-    if store.kind in (StoreKind.REDIS, StoreKind.VALKEY):
-        from .redisclear import model_pattern
+def _redis_method(store: FoundStore, model: str | None) -> str:
+    from .redisclear import model_pattern
 
-        cluster = str((store.users[0].use.extra or {}).get("valkey_mode", "")).lower() == "cluster"
-        return f"SCAN MATCH '{model_pattern(model or '', cluster=cluster)}' + UNLINK"
-    if store.kind is StoreKind.MOONCAKE:
-        return "POST /api/v1/remove_all?force=true"
-    return "-"
+    cluster = str((store.users[0].use.extra or {}).get("valkey_mode", "")).lower() == "cluster"
+    return f"SCAN MATCH '{model_pattern(model or '', cluster=cluster)}' + UNLINK"
+
+
+#: The call each cleared kind makes, as the row's METHOD shows it: ``method(store, model)``.
+#: A kind is cleared by this version exactly when it has an entry here and in
+#: ``clear.CLEARERS``.
+METHODS: dict[StoreKind, Callable[[FoundStore, str | None], str]] = {
+    StoreKind.REDIS: _redis_method,
+    StoreKind.VALKEY: _redis_method,
+    StoreKind.MOONCAKE: lambda store, model: "POST /api/v1/remove_all?force=true",
+    StoreKind.INFINISTORE: lambda store, model: "POST /purge",
+}
+
+#: Kinds cleared per model (``<model>@*`` keys); the others are cleared store-wide.
+PER_MODEL_KINDS = frozenset({StoreKind.REDIS, StoreKind.VALKEY})
+
+
+def _method(store: FoundStore, model: str | None) -> str:
+    method = METHODS.get(store.kind)
+    return method(store, model) if method else "-"
 
 
 def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
@@ -79,7 +90,7 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
         outside = None
         if res.kind == "outside":
             outside = f"{res.message}; {remedy(store.kind, store.address)}"
-        if store.kind in (StoreKind.REDIS, StoreKind.VALKEY):
+        if store.kind in PER_MODEL_KINDS:
             models = list(dict.fromkeys(u.use.model for u in store.users if u.targeted))
             for model in models:
                 others = _names(store.others(model))
@@ -95,7 +106,7 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
             continue
         others = _names(store.others())
         blocked = outside
-        if store.kind not in CLEARED_KINDS:
+        if store.kind not in METHODS:
             blocked = blocked or f"not cleared by this version; {remedy(store.kind, store.address)}"
         elif blocked is None and not shared:
             if others:

@@ -7,17 +7,19 @@ proxy. Each result carries the store's own counts before and after.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..kube import Kube, KubeApiError, KubeConnectionError, status_message
 from .calls import StoreCall
 from .config import StoreKind
+from .infinistore import InfiniStoreError, clear_infinistore
 from .mooncake import MooncakeError, clear_master
 from .redisclear import RedisStoreError, clear_model_keys
+from .refusal import api_refusal
 from .resolve import Endpoint, admin_port
 
-__all__ = ["StoreResult", "run_call"]
+__all__ = ["CLEARERS", "STORE_ERRORS", "Clearer", "StoreResult", "pod_http", "pod_object", "run_call"]
 
 
 @dataclass(frozen=True)
@@ -45,62 +47,112 @@ def _endpoint(call: StoreCall) -> Endpoint | None:
     return next((e for e in eps if e.ready), None)
 
 
+#: ``clearer(kube, call, endpoint, dry_run, timeout_s)`` -> what the call did. May raise the
+#: errors :data:`STORE_ERRORS` lists; :func:`run_call` turns them into a ``failed`` result.
+Clearer = Callable[[Kube, StoreCall, Endpoint, bool, float], StoreResult]
+
+
+def pod_http(kube: Kube, ep: Endpoint, port: int, timeout_s: float) -> Callable[[str, str, Sequence[tuple[str, str]]], tuple[int, bytes]]:
+    """An ``http(method, path, query) -> (status, body)`` to ``port`` of the endpoint's pod over
+    the API server's pod proxy (``pods/proxy``). An answer the API server itself gave (403, 404
+    of the pod, 503) raises :class:`KubeApiError` with its Status message, so a store's own 404 is
+    never mistaken for a missing pod."""
+
+    def http(method: str, path: str, query: Sequence[tuple[str, str]] = ()) -> tuple[int, bytes]:
+        ans = kube.pod_proxy(ep.namespace, ep.name, port, method, path, list(query), timeout_s=timeout_s)
+        if ans.from_apiserver:
+            reason, message = status_message(ans.body)
+            raise KubeApiError(ans.status, reason, message or ans.text()[:300])
+        return ans.status, ans.body
+
+    return http
+
+
+def _clear_redis(kube: Kube, call: StoreCall, ep: Endpoint, dry_run: bool, timeout_s: float) -> StoreResult:
+    store = call.store
+    port = ep.port or (store.address.port if store.address else None) or 6379
+    via = f"{ep.namespace}/{ep.name}:{port}"
+    extra = store.users[0].use.extra or {}
+    valkey = store.kind is StoreKind.VALKEY
+    done = clear_model_keys(lambda: kube.port_forward_socket(ep.namespace, ep.name, port, timeout_s=timeout_s),
+                            store.address, call.model or "",  # type: ignore[arg-type]
+                            password=extra.get("valkey_password") if valkey else None,
+                            username=extra.get("valkey_username") if valkey else None,
+                            cluster=str(extra.get("valkey_mode", "")).lower() == "cluster",
+                            dry_run=dry_run, timeout_s=timeout_s)
+    if dry_run:
+        return StoreResult("planned", done.before, done.after, via=via)
+    result = "emptied" if done.after == 0 else "left"
+    msg = None if result == "emptied" else f"{done.after} key(s) of {call.model} remain (written meanwhile?)"
+    return StoreResult(result, done.before, done.after, via=via, message=msg)
+
+
+def _clear_mooncake(kube: Kube, call: StoreCall, ep: Endpoint, dry_run: bool, timeout_s: float) -> StoreResult:
+    port = admin_port(StoreKind.MOONCAKE, pod_object(kube, ep)) or 9003
+    via = f"{ep.namespace}/{ep.name}:{port}"
+    mc = clear_master(pod_http(kube, ep, port, timeout_s), dry_run=dry_run)
+    if dry_run:
+        return StoreResult("planned", mc.before, mc.after, via=via)
+    if mc.left:
+        return StoreResult("left", mc.before, mc.after, via=via, message=mc.left)
+    result = "emptied" if mc.after == 0 else "left"
+    msg = None if result == "emptied" else (
+        f"{mc.after} key(s) remain (objects with pending replication, or written meanwhile)")
+    return StoreResult(result, mc.before, mc.after, via=via, message=msg)
+
+
+def _clear_infinistore(kube: Kube, call: StoreCall, ep: Endpoint, dry_run: bool, timeout_s: float) -> StoreResult:
+    port = admin_port(StoreKind.INFINISTORE, pod_object(kube, ep)) or 18080
+    via = f"{ep.namespace}/{ep.name}:{port}"
+    done = clear_infinistore(pod_http(kube, ep, port, timeout_s), dry_run=dry_run)
+    if dry_run:
+        return StoreResult("planned", done.before, done.after, via=via)
+    if not done.confirmed:
+        return StoreResult("unconfirmed", done.before, None, via=via, message=(
+            f"POST /purge answered ok (num {done.purged}), but the server does not answer GET /kvmap_len: "
+            "nothing confirms the map is empty"))
+    result = "emptied" if done.after == 0 else "left"
+    msg = None if result == "emptied" else f"{done.after} key(s) remain (written meanwhile?)"
+    return StoreResult(result, done.before, done.after, via=via, message=msg)
+
+
+#: The store kinds this version clears, and how (one entry per kind; ``calls.METHODS`` names
+#: the call each makes).
+CLEARERS: dict[StoreKind, Clearer] = {
+    StoreKind.REDIS: _clear_redis,
+    StoreKind.VALKEY: _clear_redis,
+    StoreKind.MOONCAKE: _clear_mooncake,
+    StoreKind.INFINISTORE: _clear_infinistore,
+}
+
+#: Errors a clearer may raise for a store's answer; each becomes a ``failed`` result.
+STORE_ERRORS: tuple[type[Exception], ...] = (RedisStoreError, MooncakeError, InfiniStoreError)
+
+
 def run_call(kube: Kube, call: StoreCall, *, dry_run: bool = False, timeout_s: float = 30.0) -> StoreResult:
-    """Make ``call`` (or, with ``dry_run``, only count). Never raises for the store's answer:
-    the result says it."""
+    """Make ``call`` (or, with ``dry_run``, only count) with the kind's entry in
+    :data:`CLEARERS`. Never raises for the store's answer: the result says it."""
     if call.blocked is not None:
         return StoreResult("left", message=call.blocked)
     ep = _endpoint(call)
     if ep is None:
         return StoreResult("failed", message=f"{call.store.resolution.describe()} has no ready pod")
-    store = call.store
+    clearer = CLEARERS.get(call.store.kind)
+    if clearer is None:
+        return StoreResult("left", message="not cleared by this version")
     try:
-        if store.kind in (StoreKind.REDIS, StoreKind.VALKEY):
-            port = ep.port or (store.address.port if store.address else None) or 6379
-            via = f"{ep.namespace}/{ep.name}:{port}"
-            extra = store.users[0].use.extra or {}
-            done = clear_model_keys(lambda: kube.port_forward_socket(ep.namespace, ep.name, port, timeout_s=timeout_s),
-                                    store.address, call.model or "",  # type: ignore[arg-type]
-                                    password=extra.get("valkey_password") if store.kind is StoreKind.VALKEY else None,
-                                    username=extra.get("valkey_username") if store.kind is StoreKind.VALKEY else None,
-                                    cluster=str(extra.get("valkey_mode", "")).lower() == "cluster",
-                                    dry_run=dry_run, timeout_s=timeout_s)
-            if dry_run:
-                return StoreResult("planned", done.before, done.after, via=via)
-            result = "emptied" if done.after == 0 else "left"
-            msg = None if result == "emptied" else f"{done.after} key(s) of {call.model} remain (written meanwhile?)"
-            return StoreResult(result, done.before, done.after, via=via, message=msg)
-        if store.kind is StoreKind.MOONCAKE:
-            port = admin_port(StoreKind.MOONCAKE, _pod_object(kube, ep)) or 9003
-            via = f"{ep.namespace}/{ep.name}:{port}"
-
-            def http(method: str, path: str, query: Sequence[tuple[str, str]]) -> tuple[int, bytes]:
-                ans = kube.pod_proxy(ep.namespace, ep.name, port, method, path, list(query),
-                                     timeout_s=timeout_s)
-                if ans.from_apiserver:
-                    reason, message = status_message(ans.body)
-                    raise KubeApiError(ans.status, reason, message or ans.text()[:300])
-                return ans.status, ans.body
-
-            mc = clear_master(http, dry_run=dry_run)
-            if dry_run:
-                return StoreResult("planned", mc.before, mc.after, via=via)
-            if mc.left:
-                return StoreResult("left", mc.before, mc.after, via=via, message=mc.left)
-            result = "emptied" if mc.after == 0 else "left"
-            msg = None if result == "emptied" else (
-                f"{mc.after} key(s) remain (objects with pending replication, or written meanwhile)")
-            return StoreResult(result, mc.before, mc.after, via=via, message=msg)
-    except (RedisStoreError, MooncakeError) as exc:
+        return clearer(kube, call, ep, dry_run, timeout_s)
+    except STORE_ERRORS as exc:
         return StoreResult("failed", message=str(exc))
     except KubeApiError as exc:
-        return StoreResult("failed", message=f"the API server refused the call: {exc}")
+        return StoreResult("failed", message=api_refusal(call, exc))
     except KubeConnectionError as exc:
         return StoreResult("failed", message=str(exc))
-    return StoreResult("left", message="not cleared by this version")
 
 
-def _pod_object(kube: Kube, ep: Endpoint) -> dict[str, object] | None:
+def pod_object(kube: Kube, ep: Endpoint) -> dict[str, object] | None:
+    """The endpoint's pod object, or None when it cannot be read (its ports then fall back to
+    the defaults)."""
     try:
         return kube.get_object("v1", "pods", ep.namespace, ep.name)
     except KubeApiError:
