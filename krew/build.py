@@ -70,9 +70,14 @@ def split_zipapp(data: bytes) -> tuple[bytes, bytes]:
 
 #: what ``prune`` removes from ``site-packages`` (paths relative to it, as regular expressions):
 #: the client's asyncio tree (``kubernetes.aio`` needs ``aiohttp``, which the zipapp does not
-#: carry, see requirements-zipapp.txt) and the test suites the dependencies ship
+#: carry, see requirements-zipapp.txt), the test suites the dependencies ship, and ``tzdata``
+#: (python-dateutil's copy of the IANA zone files, 600 of them: read only when a time zone is
+#: asked for by name, which neither the plugin nor the client's credential loaders do;
+#: dateutil goes without it, python-dateutil ``_tzdata_impl.py``)
 UNUSED = (
     r"kubernetes/aio/.*",
+    r"tzdata/.*",
+    r"tzdata-[^/]+\.dist-info/.*",
     r"[^/]+/tests/.*",
     r"kubernetes/.*_test\.py",
     r"kubernetes/dynamic/test_[^/]*\.py",

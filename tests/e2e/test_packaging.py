@@ -195,9 +195,10 @@ def test_zipapp_holds_the_sync_client_only_and_the_guard() -> None:
     plugin = [n for n in names if n.startswith("site-packages/kubectl_kvreset/") and n.endswith(".py")]
     assert plugin and all(importlib.util.cache_from_source(n) in names for n in plugin), tag
     assert "_kvreset_boot.pyc" in names and "_bootstrap/__init__.pyc" in names and "__main__.pyc" not in names
-    # what it never imports is not carried: the asyncio client, the dependencies' test suites
-    assert not [n for n in names if n.startswith("site-packages/kubernetes/aio/") or "/tests/" in n
-                or n.endswith("_test.py")]
+    # what it never imports is not carried: the asyncio client, the dependencies' test suites,
+    # the IANA zone files of tzdata
+    assert not [n for n in names if n.startswith(("site-packages/kubernetes/aio/", "site-packages/tzdata"))
+                or "/tests/" in n or n.endswith("_test.py")]
     assert env["preamble"] == "preamble.py" and "site-packages/bin/preamble.py" in names
     assert app.read_bytes().startswith(b"#!/usr/bin/env python3\n")
 

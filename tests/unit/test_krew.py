@@ -329,7 +329,8 @@ def test_prune_removes_what_the_zipapp_never_imports_and_its_record_lines(tmp_pa
     site = tmp_path / "site"
     for rel in ("kubernetes/aio/client/api_client.py", "kubernetes/config/kube_config.py",
                 "kubernetes/config/kube_config_test.py", "websocket/tests/test_url.py", "websocket/_url.py",
-                "kubernetes/dynamic/test_client.py", "kubernetes/dynamic/client.py"):
+                "kubernetes/dynamic/test_client.py", "kubernetes/dynamic/client.py", "tzdata/zoneinfo/UTC",
+                "tzdata-2026.6.dist-info/METADATA"):
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         (site / rel).write_text("A = 1\n")
     record = site / "kubernetes-1.0.dist-info" / "RECORD"
@@ -338,7 +339,9 @@ def test_prune_removes_what_the_zipapp_never_imports_and_its_record_lines(tmp_pa
                       "kubernetes/config/kube_config_test.py,sha256=z,6\n")
     removed = build.prune_unused(site)
     assert removed == ["kubernetes/aio/client/api_client.py", "kubernetes/config/kube_config_test.py",
-                       "kubernetes/dynamic/test_client.py", "websocket/tests/test_url.py"]
+                       "kubernetes/dynamic/test_client.py", "tzdata-2026.6.dist-info/METADATA", "tzdata/zoneinfo/UTC",
+                       "websocket/tests/test_url.py"]
+    assert not (site / "tzdata").exists()
     assert not (site / "kubernetes" / "aio").exists() and not (site / "websocket" / "tests").exists()
     assert (site / "kubernetes/config/kube_config.py").exists() and (site / "websocket/_url.py").exists()
     assert (site / "kubernetes/dynamic/client.py").exists()
