@@ -110,7 +110,7 @@ def prune_unused(site: Path, patterns: Sequence[str] = UNUSED) -> list[str]:
         kept = [line for line in lines if line.split(",", 1)[0] not in gone]
         if len(kept) != len(lines):
             record.write_text("".join(kept), encoding="utf-8")
-    return removed
+    return sorted(removed)
 
 
 def bytecode_entries(name: str, source: bytes) -> list[tuple[str, bytes]]:
