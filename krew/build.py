@@ -86,8 +86,9 @@ UNUSED = (
 #: modules left without shipped byte code: the client's generated API classes and models,
 #: which the plugin imports only on rare paths (an OIDC token refresh builds an ``ApiClient``;
 #: a client laid out otherwise falls back to ``import kubernetes``): they are compiled when
-#: first imported instead of on every first run
-NO_BYTECODE = (r"site-packages/kubernetes/client/(api|models)/.*",)
+#: first imported instead of on every first run; and shiv's ``bin/`` (the preamble, which
+#: shiv runs as a script with ``runpy.run_path``: a script's pyc is never read)
+NO_BYTECODE = (r"site-packages/kubernetes/client/(api|models)/.*", r"site-packages/bin/.*")
 
 
 def prune_unused(site: Path, patterns: Sequence[str] = UNUSED) -> list[str]:

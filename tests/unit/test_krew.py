@@ -302,6 +302,7 @@ def test_bytecode_ships_beside_each_module_as_an_unchecked_hash_pyc(tmp_path: Pa
     assert [n for n, _ in build.bytecode_entries("_kvreset_boot.py", b"A = 1\n")] == ["_kvreset_boot.pyc"]
     assert build.bytecode_entries("__main__.py", b"A = 1\n") == []
     assert build.bytecode_entries("site-packages/kubernetes/client/models/v1_pod.py", b"A = 1\n") == []
+    assert build.bytecode_entries("site-packages/bin/preamble.py", b"A = 1\n") == []
     assert build.bytecode_entries("site-packages/pkg/data.txt", b"A") == []
     # the same source compiles to the same bytes in another process with another hash seed
     # (the guard command fixes the seed itself)
