@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ..pods import VllmPod
 from .config import StoreKind
 from .find import FoundStore
+from .mpserver import clear_method
 from .resolve import remedy
 
 __all__ = ["METHODS", "PER_MODEL_KINDS", "SHARED_FLAG", "StoreCall", "plan_calls"]
@@ -38,6 +39,8 @@ class StoreCall:
         blocked: why the call is not made (consent, outside the cluster, not supported), or
             None when it runs.
         others: untargeted pods (``ns/name``) the call would reach.
+        force: the store's forced variant (the MP server's ``force: true``,
+            ``--force-mp-clear``).
     """
 
     store: FoundStore
@@ -46,6 +49,7 @@ class StoreCall:
     method: str
     blocked: str | None = None
     others: tuple[str, ...] = ()
+    force: bool = False
 
 
 def _names(pods: Sequence[VllmPod]) -> tuple[str, ...]:
@@ -66,6 +70,7 @@ METHODS: dict[StoreKind, Callable[[FoundStore, str | None], str]] = {
     StoreKind.REDIS: _redis_method,
     StoreKind.VALKEY: _redis_method,
     StoreKind.MOONCAKE: lambda store, model: "POST /api/v1/remove_all?force=true",
+    StoreKind.LMCACHE_MP: lambda store, model: clear_method(force=False),
     StoreKind.INFINISTORE: lambda store, model: "POST /purge",
 }
 
