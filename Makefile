@@ -27,10 +27,12 @@ $(BIN)/.ready: requirements-dev.txt requirements-zipapp.txt setup.cfg
 	touch $@
 
 # The zipapp: the pinned synchronous-client dependencies (installed without their console
-# scripts, whose first line names this checkout's interpreter), the package's sources (copied,
-# so no build dir or machine path ends up inside), and the preamble that keeps the extraction
-# directory tidy; then its __main__.py is replaced by a version guard that any Python can read,
-# followed by krew/boot.py. The same sources give the same bytes in any directory.
+# scripts, whose first line names this checkout's interpreter, and without what it never
+# imports: the asyncio client, test suites), the package's sources (copied, so no build dir or
+# machine path ends up inside), and the preamble that keeps the extraction directory tidy;
+# then its __main__.py is replaced by a version guard that any Python can read, followed by
+# krew/boot.py, and each module gets its byte code beside it (hash-based, so the first run
+# unpacks and compiles nothing). The same sources give the same bytes in any directory.
 $(ZIPAPP): $(BIN)/.ready requirements-zipapp.txt krew/zipapp_main.py krew/boot.py krew/preamble.py krew/build.py \
            $(shell find kubectl_kvreset -name '*.py' -o -name py.typed 2>/dev/null)
 	rm -rf $(STAGE)
@@ -38,9 +40,10 @@ $(ZIPAPP): $(BIN)/.ready requirements-zipapp.txt krew/zipapp_main.py krew/boot.p
 	umask 022 && $(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile --no-deps \
 	    --no-warn-script-location --target $(STAGE)/site-packages -r requirements-zipapp.txt && \
 	    $(BIN)/python krew/build.py drop-scripts $(STAGE)/site-packages && \
+	    $(BIN)/python krew/build.py prune $(STAGE)/site-packages && \
 	    cp -R kubectl_kvreset $(STAGE)/site-packages/ && \
 	    find $(STAGE) -name __pycache__ -prune -exec rm -rf {} + && \
-	    $(BIN)/shiv --compile-pyc --reproducible --python '/usr/bin/env python3' \
+	    $(BIN)/shiv --reproducible --python '/usr/bin/env python3' \
 	    --preamble krew/preamble.py --site-packages $(STAGE)/site-packages \
 	    --entry-point kubectl_kvreset.cli:main --output-file $(STAGE)/kubectl-kvreset
 	$(BIN)/python krew/build.py guard $(STAGE)/kubectl-kvreset $(ZIPAPP)

@@ -210,6 +210,38 @@ class _LazyApiClient:
         return ApiClient(*args, **kwargs)
 
 
+class _LazyOAuth2Session:
+    """Stands for ``requests_oauthlib.OAuth2Session``, which ``kube_config`` imports by name for
+    the OIDC token refresh only (``requests_oauthlib`` imports ``requests``: about 30 ms of every
+    start). Calling it imports and returns the real one."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        from requests_oauthlib import OAuth2Session  # type: ignore[import-untyped]
+
+        return OAuth2Session(*args, **kwargs)
+
+
+def _stand_in_module(name: str, attrs: dict[str, Any]) -> Any:
+    """A module ``name`` holding ``attrs``, registered only while ``kube_config`` is imported;
+    any other attribute it is asked for comes from the real module (PEP 562 ``__getattr__``)."""
+    import importlib
+    import sys
+    import types
+
+    module = types.ModuleType(name)
+    module.__dict__.update(attrs)
+
+    def real(attr: str) -> Any:
+        if attr in _PROBED:
+            raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+        if sys.modules.get(name) is module:
+            del sys.modules[name]
+        return getattr(importlib.import_module(name), attr)
+
+    module.__getattr__ = real  # type: ignore[method-assign]
+    return module
+
+
 def client_parts() -> _ClientParts:
     """Import the parts of the ``kubernetes`` client this adapter uses, once per process.
 
@@ -218,7 +250,9 @@ def client_parts() -> _ClientParts:
     are therefore registered as packages whose ``__init__`` runs only when an attribute it
     defines is asked for, then ``kubernetes.config`` (loaders, exec provider) is imported
     normally. ``kube_config``'s ``from kubernetes.client import ApiClient, Configuration`` is
-    served without ``kubernetes.client.api_client``.
+    served without ``kubernetes.client.api_client``, and its ``from requests_oauthlib import
+    OAuth2Session`` (the OIDC refresh) without importing ``requests``: each stand-in imports the
+    real class when called.
 
     It survives a client upgrade: a name the new version wants from a package is found by
     running that package's real ``__init__`` (slower, still correct), and any import error on
@@ -255,7 +289,15 @@ def _import_parts() -> _ClientParts:
             configuration = importlib.import_module("kubernetes.client.configuration")
             sub.Configuration = configuration.Configuration
             sub.ApiClient = _LazyApiClient
-            kube_config = importlib.import_module("kubernetes.config.kube_config")
+            stand_in = None
+            if "requests_oauthlib" not in sys.modules:
+                stand_in = _stand_in_module("requests_oauthlib", {"OAuth2Session": _LazyOAuth2Session})
+                sys.modules["requests_oauthlib"] = stand_in
+            try:
+                kube_config = importlib.import_module("kubernetes.config.kube_config")
+            finally:
+                if stand_in is not None and sys.modules.get("requests_oauthlib") is stand_in:
+                    del sys.modules["requests_oauthlib"]  # a later import gets the real module
             incluster = importlib.import_module("kubernetes.config.incluster_config")
             exc_mod = importlib.import_module("kubernetes.config.config_exception")
             return _ClientParts(configuration.Configuration, kube_config, incluster,
@@ -293,13 +335,20 @@ _ROOT_LOG_LOCK = threading.Lock()
 
 class _quiet_library:
     """Context manager: while credential code of the client runs, the root logger's records
-    go to a :class:`_LibraryLog` (``.log``) instead of the terminal. One thread at a time."""
+    go to a :class:`_LibraryLog` (``.log``; ``log`` reuses one, emptied first: building a
+    logging handler takes logging's global lock) instead of the terminal. One thread at a time."""
+
+    def __init__(self, log: _LibraryLog | None = None) -> None:
+        self.log = log
 
     def __enter__(self) -> _LibraryLog:
         _ROOT_LOG_LOCK.acquire()
         self.root = logging.getLogger()
         self.saved = list(self.root.handlers)
-        self.log = _LibraryLog()
+        if self.log is None:
+            self.log = _LibraryLog()
+        else:
+            self.log.messages = []
         self.root.handlers = [self.log]
         return self.log
 
@@ -334,6 +383,98 @@ def _detail(messages: Sequence[str], exc: BaseException | None = None) -> str:
     if exc is not None:
         texts.append(str(exc).strip() or type(exc).__name__)
     return "; ".join(dict.fromkeys(texts)) or "no credentials came back"
+
+
+class _KeepAlive:
+    """At most ``size`` keep-alive HTTP/1.1 connections to one API server (the standard
+    library's ``http.client``, sharing one ``ssl.SSLContext``), for the plain requests of a run.
+
+    urllib3's pool does the same with about 0.25 ms more CPU per request (URL parsing, header
+    containers, response wrappers, measured by ``make bench``): with three reset routes per pod
+    that was most of the plugin's CPU per pod. Same rules as that pool with ``block=True`` and
+    ``retries=False``: a caller waits when all ``size`` connections are busy (so a run makes at
+    most ``size`` TLS handshakes), an idle connection the server has closed is dropped before
+    reuse, nothing is re-sent here, redirects are returned as they are.
+
+    Raises from :meth:`request`: ``TimeoutError`` (the bound was hit), ``OSError`` (refused,
+    reset, TLS failure) and ``http.client.HTTPException`` (a malformed or cut answer).
+    """
+
+    def __init__(self, host: str, port: int, ssl_context: Any, size: int, prefix: str = "") -> None:
+        self.host = host
+        self.port = port
+        #: the server URL's own path (a cluster behind a path-routing proxy), put before each target
+        self.prefix = prefix.rstrip("/")
+        self.ssl_context = ssl_context
+        self.size = max(1, size)
+        self._idle: list[Any] = []
+        self._open = 0
+        self._cond = threading.Condition()
+
+    def _take(self) -> Any:
+        # an idle connection (the most recent first), or None: the caller may open one
+        import select
+
+        with self._cond:
+            while True:
+                while self._idle:
+                    conn = self._idle.pop()
+                    sock = conn.sock
+                    try:
+                        dropped = sock is None or bool(select.select([sock], [], [], 0)[0])
+                    except (OSError, ValueError):
+                        dropped = True
+                    if not dropped:
+                        return conn
+                    conn.close()  # closed by the server while idle (or sent what nobody asked for)
+                    self._open -= 1
+                if self._open < self.size:
+                    self._open += 1
+                    return None
+                self._cond.wait()
+
+    def _give(self, conn: Any, keep: bool) -> None:
+        with self._cond:
+            if keep:
+                self._idle.append(conn)
+            else:
+                if conn is not None:
+                    conn.close()
+                self._open -= 1
+            self._cond.notify()
+
+    def request(self, method: str, target: str, body: bytes | None, headers: Mapping[str, str],
+                bound: float | None) -> tuple[int, dict[str, str], bytes]:
+        """Send one request (``target``: path and query) and read the whole answer:
+        ``(status, headers with lower-case names, body)``. ``bound`` (seconds, None: only the
+        30 s connect bound) limits the connect and each read."""
+        import http.client
+
+        conn = self._take()
+        keep = False
+        try:
+            if conn is None:
+                if self.ssl_context is not None:
+                    conn = http.client.HTTPSConnection(self.host, self.port, timeout=min(bound or 30.0, 30.0),
+                                                       context=self.ssl_context)
+                else:
+                    conn = http.client.HTTPConnection(self.host, self.port, timeout=min(bound or 30.0, 30.0))
+                conn.connect()
+            conn.sock.settimeout(bound or None)
+            conn.request(method, self.prefix + target, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            keep = not resp.will_close
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+        finally:
+            self._give(conn, keep)
+
+    def close(self) -> None:
+        """Close the idle connections."""
+        with self._cond:
+            while self._idle:
+                self._idle.pop().close()
+                self._open -= 1
 
 
 class Transport:
@@ -390,13 +531,37 @@ class Transport:
                                                   **kwargs)
         else:
             self.pool = urllib3.PoolManager(**kwargs)
+        #: the plain requests' keep-alive connections (:class:`_KeepAlive`); None behind a proxy
+        #: or with ``tls-server-name``, where the urllib3 pool above serves them
+        self.keep_alive: _KeepAlive | None = None
+        if not isinstance(self.pool, urllib3.ProxyManager) and not getattr(configuration, "tls_server_name", None):
+            from urllib.parse import urlsplit
+
+            url = urlsplit(str(configuration.host))
+            if url.hostname and url.scheme in ("http", "https"):
+                self.keep_alive = _KeepAlive(url.hostname, url.port or (443 if url.scheme == "https" else 80),
+                                             self.ssl_context if url.scheme == "https" else None, self.pool_size,
+                                             url.path)
+        self._timeouts: dict[float | None, Any] = {}
         self._auth_lock = threading.Lock()
+        self._auth_log = _LibraryLog()
+
+    def timeout(self, bound: float | None) -> Any:
+        """The ``urllib3.Timeout`` for a request bound (seconds; None or 0: only the 30 s
+        connect bound), built once per value."""
+        found = self._timeouts.get(bound)
+        if found is None:
+            import urllib3
+
+            found = urllib3.Timeout(total=bound) if bound else urllib3.Timeout(connect=30.0)
+            self._timeouts[bound] = found
+        return found
 
     def authorization(self) -> tuple[str | None, list[str]]:
         """The ``Authorization`` header value (None without a token), refreshed by the client's
         hook when the token has expired (an exec plugin runs again), and the library's log
         messages of that refresh (a failed plugin logs instead of raising)."""
-        with self._auth_lock, _quiet_library() as log:
+        with self._auth_lock, _quiet_library(self._auth_log) as log:
             value = self.configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
         return (str(value) if value else None), log.messages
 
@@ -849,19 +1014,16 @@ class Kube:
     def _send(self, method: str, path: str, *, query: Sequence[tuple[str, str]], body: bytes | None,
               content_type: str | None, accept: str, timeout_s: float | None | bool) -> HttpAnswer:
         """One attempt of :meth:`request`."""
-        import urllib3
-
         headers = dict(self._headers)
         headers["Accept"] = accept
         if content_type:
             headers["Content-Type"] = content_type
         headers.update(self._auth_headers())
-        url = self.host + path
-        if query:
-            url += "?" + urlencode(list(query))
+        target = path + "?" + urlencode(list(query)) if query else path
+        url = self.host + target
         bound = self.timeout_s if timeout_s is False else timeout_s
-        timeout = urllib3.Timeout(total=bound) if bound else urllib3.Timeout(connect=30.0)
-        pool = self._transport.pool
+        transport = self._transport
+        keep_alive = getattr(transport, "keep_alive", None)
         if self._impersonate_groups:
             # urllib3 headers are a mapping: several Impersonate-Group values join with commas
             headers["Impersonate-Group"] = ",".join(self._impersonate_groups)
@@ -872,8 +1034,35 @@ class Kube:
             shown = ", ".join(f"{k}: {'<redacted>' if k.lower() in ('authorization', 'cookie') else v}"
                               for k, v in headers.items())
             _LOG.debug("request headers: %s", shown)  # as kubectl -v=8 prints them, not a Python repr
+        if keep_alive is not None:
+            status, hdrs, data = self._send_keep_alive(keep_alive, method, path, target, body, headers, bound)
+        else:
+            status, hdrs, data = self._send_urllib3(method, path, url, body, headers, bound)
+        _LOG.info("%s %s %s in %.0f ms", method, url, status, (time.monotonic() - started) * 1000)
+        return HttpAnswer(status, hdrs, data, from_apiserver=status >= 400 and is_apiserver_status(data, hdrs))
+
+    def _send_keep_alive(self, keep_alive: _KeepAlive, method: str, path: str, target: str, body: bytes | None,
+                         headers: dict[str, str], bound: float | None) -> tuple[int, dict[str, str], bytes]:
+        import http.client
+
         try:
-            r = pool.request(method, url, body=body, headers=headers, timeout=timeout, retries=False, preload_content=True)
+            return keep_alive.request(method, target, body, headers, bound)
+        except TimeoutError as exc:  # socket.timeout is TimeoutError
+            limit = f"{bound:g} s (--request-timeout)" if bound else "30 s (connect)"
+            raise KubeConnectionError(f"{method} {path}: no answer from {self.host} within {limit}") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise KubeConnectionError(f"cannot reach the API server at {self.host}: {_short(exc) or type(exc).__name__}") from exc
+
+    def _send_urllib3(self, method: str, path: str, url: str, body: bytes | None, headers: dict[str, str],
+                      bound: float | None) -> tuple[int, dict[str, str], bytes]:
+        import urllib3
+
+        transport = self._transport
+        timeout = transport.timeout(bound) if isinstance(transport, Transport) else \
+            (urllib3.Timeout(total=bound) if bound else urllib3.Timeout(connect=30.0))
+        try:
+            r = transport.pool.request(method, url, body=body, headers=headers, timeout=timeout, retries=False,
+                                       preload_content=True)
         except urllib3.exceptions.NewConnectionError as exc:
             # a subclass of ConnectTimeoutError in urllib3 2.x: a refused connection is not a timeout
             raise KubeConnectionError(f"cannot reach the API server at {self.host}: {_short(exc)}") from exc
@@ -882,10 +1071,7 @@ class Kube:
             raise KubeConnectionError(f"{method} {path}: no answer from {self.host} within {limit}") from exc
         except urllib3.exceptions.HTTPError as exc:
             raise KubeConnectionError(f"cannot reach the API server at {self.host}: {_short(exc)}") from exc
-        hdrs = {k.lower(): v for k, v in r.headers.items()}
-        data: bytes = r.data or b""
-        _LOG.info("%s %s %s in %.0f ms", method, url, r.status, (time.monotonic() - started) * 1000)
-        return HttpAnswer(r.status, hdrs, data, from_apiserver=r.status >= 400 and is_apiserver_status(data, hdrs))
+        return r.status, {k.lower(): v for k, v in r.headers.items()}, r.data or b""
 
     def get_json(self, path: str, *, query: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
         """GET an API path and decode its JSON.

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -87,6 +89,8 @@ def parallel(items: Iterable[T], fn: Callable[[T], R], max_workers: int,
     flight are waited for up to :data:`INFLIGHT_BOUND_S` (a second Ctrl-C, or
     :meth:`Cancel.abandon`, stops waiting) and those that did not finish get :data:`NOT_RUN`.
     """
+    from concurrent.futures import ThreadPoolExecutor, wait  # not at import: --help stays fast
+
     items = list(items)
     cancel = cancel or Cancel()
     if not items:
@@ -94,12 +98,25 @@ def parallel(items: Iterable[T], fn: Callable[[T], R], max_workers: int,
     if cancel.is_set():
         return [NOT_RUN] * len(items)
     pool = ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(items))))
+    # one event set by the last call to finish: waiting on every pending future at each wake-up
+    # (concurrent.futures.wait) costs CPU quadratic in the number of items
+    all_done = threading.Event()
+    count_lock = threading.Lock()
+    left = [len(items)]
+
+    def one_done(_: Future[R]) -> None:
+        with count_lock:
+            left[0] -= 1
+            if left[0] == 0:
+                all_done.set()
+
     futures = [pool.submit(fn, item) for item in items]
     try:
-        pending: set[Future[R]] = set(futures)
-        while pending and not cancel.is_set():
-            _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-        if not pending:
+        for f in futures:
+            f.add_done_callback(one_done)
+        while not all_done.is_set() and not cancel.is_set():
+            all_done.wait(timeout=0.2)
+        if all_done.is_set():
             pool.shutdown(wait=True)
             return [f.result() for f in futures]
     except KeyboardInterrupt:

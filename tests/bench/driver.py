@@ -257,7 +257,7 @@ def measure_floor(cluster: SimCluster, interp: str, runs: int) -> float:
 
 def measure_cold(app: Path, runs: int) -> float:
     """Median wall time (s) of ``--version`` with an empty extraction directory each time (the
-    first run after an install: extraction and byte-compilation included)."""
+    first run after an install: unpacking included; the byte code ships in the zipapp)."""
     times = []
     for _ in range(runs):
         root = Path(tempfile.mkdtemp(prefix="kvreset-bench-cold-"))

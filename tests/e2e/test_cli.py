@@ -46,6 +46,8 @@ def test_help_does_not_import_kubernetes_in_the_zipapp() -> None:
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if "|" in line}
     assert "kubectl_kvreset.cli.options" in imported  # the plugin itself was loaded and timed
     assert not any(m == "kubernetes" or m.startswith("kubernetes.") for m in imported)
+    # the worker pool's module loads only when a command runs calls
+    assert "concurrent.futures" not in imported, sorted(imported)
 
 
 def test_help_does_not_import_kubernetes_from_source() -> None:

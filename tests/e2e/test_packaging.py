@@ -11,6 +11,7 @@ the ``dist/kubectl-kvreset`` other tests run is never replaced under them.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -188,7 +189,16 @@ def test_zipapp_holds_the_sync_client_only_and_the_guard() -> None:
         main = z.read("__main__.py").decode()
         env = json.loads(z.read("environment.json"))
     assert "sys.version_info < (3, 10)" in main
-    assert env["compile_pyc"] is True and env["reproducible"] is True
+    # byte code ships in the archive (krew/build.py bytecode_entries): the first run only unpacks
+    assert env["compile_pyc"] is False and env["reproducible"] is True
+    tag = sys.implementation.cache_tag
+    plugin = [n for n in names if n.startswith("site-packages/kubectl_kvreset/") and n.endswith(".py")]
+    assert plugin and all(importlib.util.cache_from_source(n) in names for n in plugin), tag
+    assert "_kvreset_boot.pyc" in names and "_bootstrap/__init__.pyc" in names and "__main__.pyc" not in names
+    # what it never imports is not carried: the asyncio client, the dependencies' test suites,
+    # the IANA zone files of tzdata
+    assert not [n for n in names if n.startswith(("site-packages/kubernetes/aio/", "site-packages/tzdata"))
+                or "/tests/" in n or n.endswith("_test.py")]
     assert env["preamble"] == "preamble.py" and "site-packages/bin/preamble.py" in names
     assert app.read_bytes().startswith(b"#!/usr/bin/env python3\n")
 

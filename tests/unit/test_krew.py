@@ -282,6 +282,73 @@ def test_replace_main_keeps_every_other_entry(tmp_path: Path) -> None:
         assert z.read("__main__.py") == b"print('guard')\n" and z.read("site-packages/a.py") == b"A = 1\n"
 
 
+def test_bytecode_ships_beside_each_module_as_an_unchecked_hash_pyc(tmp_path: Path) -> None:
+    import marshal
+    import subprocess
+    import sys
+
+    build = load_tool("build")
+    source = b"X = {'a', 'b'}\nY = 2\n"
+    [(name, pyc)] = build.bytecode_entries("site-packages/pkg/mod.py", source)
+    assert name == f"site-packages/pkg/__pycache__/mod.{sys.implementation.cache_tag}.pyc"
+    assert pyc[:4] == importlib.util.MAGIC_NUMBER
+    assert int.from_bytes(pyc[4:8], "little") == 0b01  # hash-based, not checked against the source
+    assert pyc[8:16] == importlib.util.source_hash(source)
+    ns: dict[str, Any] = {}
+    exec(marshal.loads(pyc[16:]), ns)
+    assert ns["Y"] == 2 and ns["X"] == {"a", "b"}
+    # modules run from the zip itself get zipimport's name; __main__.py (the version guard) and
+    # the client's generated APIs and models get none
+    assert [n for n, _ in build.bytecode_entries("_kvreset_boot.py", b"A = 1\n")] == ["_kvreset_boot.pyc"]
+    assert build.bytecode_entries("__main__.py", b"A = 1\n") == []
+    assert build.bytecode_entries("site-packages/kubernetes/client/models/v1_pod.py", b"A = 1\n") == []
+    assert build.bytecode_entries("site-packages/bin/preamble.py", b"A = 1\n") == []
+    assert build.bytecode_entries("site-packages/pkg/data.txt", b"A") == []
+    # the same source compiles to the same bytes in another process with another hash seed
+    # (the guard command fixes the seed itself)
+    raw = io.BytesIO()
+    with zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(zipfile.ZipInfo("site-packages/pkg/mod.py", (1980, 1, 1, 0, 0, 0)), source)
+        z.writestr(zipfile.ZipInfo("__main__.py", (1980, 1, 1, 0, 0, 0)), b"import _bootstrap\n")
+    src = tmp_path / "src"
+    src.write_bytes(b"#!/usr/bin/env python3\n" + raw.getvalue())
+    outs = []
+    for seed in ("1", "2"):
+        dst = tmp_path / f"dst{seed}"
+        done = subprocess.run([sys.executable, str(ROOT / "krew" / "build.py"), "guard", str(src), str(dst)],
+                              env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}, capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        outs.append(dst.read_bytes())
+    assert outs[0] == outs[1]
+    with zipfile.ZipFile(tmp_path / "dst1") as z:
+        assert f"site-packages/pkg/__pycache__/mod.{sys.implementation.cache_tag}.pyc" in z.namelist()
+        assert "_kvreset_boot.pyc" in z.namelist()
+
+
+def test_prune_removes_what_the_zipapp_never_imports_and_its_record_lines(tmp_path: Path) -> None:
+    build = load_tool("build")
+    site = tmp_path / "site"
+    for rel in ("kubernetes/aio/client/api_client.py", "kubernetes/config/kube_config.py",
+                "kubernetes/config/kube_config_test.py", "websocket/tests/test_url.py", "websocket/_url.py",
+                "kubernetes/dynamic/test_client.py", "kubernetes/dynamic/client.py", "tzdata/zoneinfo/UTC",
+                "tzdata-2026.6.dist-info/METADATA"):
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text("A = 1\n")
+    record = site / "kubernetes-1.0.dist-info" / "RECORD"
+    record.parent.mkdir()
+    record.write_text("kubernetes/aio/client/api_client.py,sha256=x,6\nkubernetes/config/kube_config.py,sha256=y,6\n"
+                      "kubernetes/config/kube_config_test.py,sha256=z,6\n")
+    removed = build.prune_unused(site)
+    assert removed == ["kubernetes/aio/client/api_client.py", "kubernetes/config/kube_config_test.py",
+                       "kubernetes/dynamic/test_client.py", "tzdata-2026.6.dist-info/METADATA", "tzdata/zoneinfo/UTC",
+                       "websocket/tests/test_url.py"]
+    assert not (site / "tzdata").exists()
+    assert not (site / "kubernetes" / "aio").exists() and not (site / "websocket" / "tests").exists()
+    assert (site / "kubernetes/config/kube_config.py").exists() and (site / "websocket/_url.py").exists()
+    assert (site / "kubernetes/dynamic/client.py").exists()
+    assert record.read_text() == "kubernetes/config/kube_config.py,sha256=y,6\n"
+
+
 def test_preamble_removes_only_this_apps_other_builds(tmp_path: Path) -> None:
     preamble = load_tool("preamble")
     current = tmp_path / ("kubectl-kvreset_" + "c" * 64)

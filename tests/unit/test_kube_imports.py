@@ -24,6 +24,11 @@ def test_selective_import_leaves_models_and_apis_out() -> None:
         assert "kubernetes.client.models" not in sys.modules, mods
         assert "kubernetes.client.api_client" not in sys.modules, mods
         assert len(mods) < 20, mods
+        # the OIDC refresh's session class (and requests under it) load only when called
+        assert "requests_oauthlib" not in sys.modules and "requests" not in sys.modules
+        session = parts.kube_config.OAuth2Session(client_id="c")
+        import requests_oauthlib
+        assert type(session) is requests_oauthlib.OAuth2Session and session.client_id == "c"
         c = parts.Configuration()
         assert hasattr(parts.kube_config, "KubeConfigLoader") and hasattr(parts.incluster, "InClusterConfigLoader")
         print(len(mods))
