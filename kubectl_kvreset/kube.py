@@ -951,13 +951,14 @@ class Kube:
 
     def pod_proxy(self, namespace: str, pod: str, port: int, method: str, path: str,
                   query: Sequence[tuple[str, str]] = (), *, scheme: str = "http",
-                  body: bytes | None = None, timeout_s: float | None | bool = False) -> HttpAnswer:
+                  body: bytes | None = None, content_type: str | None = None,
+                  timeout_s: float | None | bool = False) -> HttpAnswer:
         """Send an HTTP request to ``pod:port`` through the API server's pod proxy.
 
         ``path`` starts with ``/`` (e.g. ``/reset_prefix_cache``); ``query`` is sent as the
         proxied request's query string. URL form ``/api/v1/namespaces/NS/pods/[https:]POD:PORT/proxy/PATH``
         (kubernetes PR #14876). The answer is the pod's own unless ``from_apiserver``.
-        RBAC: ``create`` on ``pods/proxy`` for POST, ``get`` for GET.
+        RBAC: ``create`` on ``pods/proxy`` for POST, ``get`` for GET, ``delete`` for DELETE.
 
         Raises:
             KubeConnectionError: the API server itself could not be reached in time.
@@ -968,7 +969,7 @@ class Kube:
             + quote(path, safe="/")
         )
         return self.request(method, url, query=query, body=body, accept="*/*", timeout_s=timeout_s,
-                            retry_server_errors=False)
+                            retry_server_errors=False, content_type=content_type)
 
     def exec_command(self, namespace: str, pod: str, container: str, argv: Sequence[str],
                      *, timeout_s: float = 60.0) -> ExecResult:

@@ -89,7 +89,8 @@ def command(**params: Any) -> None:
     a restart empties or dev mode is off, the disruptive fallback the user allowed.
     """
     from ..job import ClearOptions, plan, plan_report, replan, run
-    from ..job.storeclear import ChainedReport, plan_store, run_store
+    from ..job.outcome import with_lmcache_clears
+    from ..job.storeclear import ChainedReport, lmcache_cpu_cleared, plan_store, run_store
     from ..kube import parse_duration
     from ..report import ExitCode
     from .context import complete, exit_if_empty
@@ -132,6 +133,7 @@ def command(**params: Any) -> None:
     for note in outcome.notes:
         info(note)
     store_rows = run_store(stores, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED)
+    outcome = with_lmcache_clears(the_plan, outcome, lmcache_cpu_cleared(store_rows))
     emit(ChainedReport([outcome.report, store_rows]), params["output"], empty_message="No vLLM server pods targeted.")
 
 

@@ -3,6 +3,9 @@
 A clear runs without a flag when everything it removes belongs to the targets:
 
 * per model (Redis/Valkey ``<model>@*``): no untargeted pod serves that model against that store;
+* per instance (the LMCache controller's ``/clear`` of one ``lmcache_instance_id``): no
+  untargeted pod uses that instance id at that controller;
+* per worker (LMCache's internal API in the vLLM pod itself): always, it is the pod's own;
 * store-wide (Mooncake ``remove_all``, an MP server's L1, InfiniStore's purge): no untargeted
   pod uses the store at all.
 
@@ -31,13 +34,14 @@ class StoreCall:
 
     Attributes:
         store: the store and its users.
-        scope: ``"model"``, ``"store"`` (what the call removes).
+        scope: ``"model"``, ``"instance"``, ``"worker"``, ``"store"`` (what the call removes).
         model: for ``scope == "model"``: the model whose keys go.
         method: the call, e.g. ``SCAN MATCH 'm@*' + UNLINK`` or
             ``POST /api/v1/remove_all?force=true``.
         blocked: why the call is not made (consent, outside the cluster, not supported), or
             None when it runs.
         others: untargeted pods (``ns/name``) the call would reach.
+        instance: for ``scope == "instance"``: the LMCache instance id cleared at the controller.
     """
 
     store: FoundStore
@@ -46,6 +50,7 @@ class StoreCall:
     method: str
     blocked: str | None = None
     others: tuple[str, ...] = ()
+    instance: str | None = None
 
 
 def _names(pods: Sequence[VllmPod]) -> tuple[str, ...]:
@@ -59,6 +64,19 @@ def _redis_method(store: FoundStore, model: str | None) -> str:
     return f"SCAN MATCH '{model_pattern(model or '', cluster=cluster)}' + UNLINK"
 
 
+def _controller_method(store: FoundStore) -> str:
+    from .lmcache_controller import locations_for
+
+    disk = any((u.use.extra or {}).get("local_disk") for u in store.users if u.targeted)
+    return ("GET /controller/workers?instance_id=, then POST /clear per location ("
+            + ", ".join(locations_for(disk)) + ")")
+
+
+def _worker_method(store: FoundStore) -> str:
+    ports = [p for u in store.users if u.targeted for p in u.use.ports]
+    return "DELETE /cache/clear on port " + ",".join(str(p) for p in dict.fromkeys(ports))
+
+
 #: The call each cleared kind makes, as the row's METHOD shows it: ``method(store, model)``.
 #: A kind is cleared by this version exactly when it has an entry here and in
 #: ``clear.CLEARERS``.
@@ -66,6 +84,8 @@ METHODS: dict[StoreKind, Callable[[FoundStore, str | None], str]] = {
     StoreKind.REDIS: _redis_method,
     StoreKind.VALKEY: _redis_method,
     StoreKind.MOONCAKE: lambda store, model: "POST /api/v1/remove_all?force=true",
+    StoreKind.LMCACHE_CONTROLLER: lambda store, model: _controller_method(store),
+    StoreKind.LMCACHE_WORKER: lambda store, model: _worker_method(store),
 }
 
 #: Kinds cleared per model (``<model>@*`` keys); the others are cleared store-wide.
@@ -89,6 +109,14 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
         outside = None
         if res.kind == "outside":
             outside = f"{res.message}; {remedy(store.kind, store.address)}"
+        scope = store.users[0].use.scope if store.users else "store"
+        if scope == "worker":
+            # the pod's own LMCache workers: what it removes belongs to the targeted pod alone
+            calls.append(StoreCall(store, "worker", None, _method(store, None), outside))
+            continue
+        if scope == "instance":
+            calls.extend(_instance_calls(store, outside, shared=shared))
+            continue
         if store.kind in PER_MODEL_KINDS:
             models = list(dict.fromkeys(u.use.model for u in store.users if u.targeted))
             for model in models:
@@ -115,4 +143,29 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
                 blocked = (f"store-wide clear, and namespaces that cannot be listed ({', '.join(store.unlisted)}) "
                            f"may hold other users: give {SHARED_FLAG} to empty it anyway")
         calls.append(StoreCall(store, "store", None, _method(store, None), blocked, others))
+    return calls
+
+
+def _instance_calls(store: FoundStore, outside: str | None, *, shared: bool) -> list[StoreCall]:
+    """One call per LMCache instance id the targets use at a controller. It empties that
+    instance only, so it belongs to the targets when no untargeted pod the plugin can see uses the
+    same instance id at this controller and no namespace that cannot be listed might (DESIGN §6:
+    those count as possible other users)."""
+    calls: list[StoreCall] = []
+    for instance in dict.fromkeys(u.use.instance_id for u in store.users if u.targeted):
+        others = _names([u.pod for u in store.users if not u.targeted and u.use.instance_id == instance])
+        blocked = outside
+        if blocked is None and store.kind not in METHODS:
+            blocked = f"not cleared by this version; {remedy(store.kind, store.address)}"
+        elif blocked is None and instance is None:
+            blocked = ("lmcache_instance_id is not set: the controller clears by instance id, so nothing can be "
+                       "cleared through it")
+        elif blocked is None and not shared:
+            if others:
+                blocked = (f"{len(others)} pod(s) outside the targets use LMCache instance {instance} at this "
+                           f"controller ({', '.join(others)}): give {SHARED_FLAG} to clear it anyway")
+            elif store.unlisted:
+                blocked = (f"namespaces that cannot be listed ({', '.join(store.unlisted)}) may hold pods of LMCache "
+                           f"instance {instance}: give {SHARED_FLAG} to clear it anyway")
+        calls.append(StoreCall(store, "instance", None, _method(store, None), blocked, others, instance=instance))
     return calls
