@@ -143,7 +143,19 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
                 blocked = (f"store-wide clear, and namespaces that cannot be listed ({', '.join(store.unlisted)}) "
                            f"may hold other users: give {SHARED_FLAG} to empty it anyway")
         calls.append(StoreCall(store, "store", None, _method(store, None), blocked, others))
-    return calls
+    return _without_covered_workers(calls)
+
+
+def _without_covered_workers(calls: list[StoreCall]) -> list[StoreCall]:
+    """Drop the worker-API call of a pod whose LMCache instance a controller call (not blocked)
+    clears: both empty the same CPU tier, and the controller's is the one the configuration
+    routes through. Where the controller call is blocked or absent, the worker API (the pod's
+    own) is used."""
+    covered = {(u.pod.namespace, u.pod.name) for c in calls if c.scope == "instance" and c.blocked is None
+               for u in c.store.users if u.targeted and u.use.instance_id == c.instance}
+    return [c for c in calls if not (c.scope == "worker" and c.blocked is None and c.store.users
+                                     and all((u.pod.namespace, u.pod.name) in covered
+                                             for u in c.store.users if u.targeted))]
 
 
 def _instance_calls(store: FoundStore, outside: str | None, *, shared: bool) -> list[StoreCall]:

@@ -196,3 +196,15 @@ def test_worker_scope_is_the_pods_own_and_needs_no_consent() -> None:
                    kind=StoreKind.LMCACHE_WORKER)
     [call] = plan_calls([store], shared=False)
     assert (call.scope, call.blocked, call.method) == ("worker", None, "DELETE /cache/clear on port 7000")
+
+
+def test_a_pod_the_controller_clears_gets_no_second_clear_through_its_worker_api() -> None:
+    ctl = _store([_user("a-0", "inst-a", True), _user("b-0", "inst-b", True), _user("b-1", "inst-b", False)])
+    worker_a = _store([_user("a-0", "inst-a", True, StoreKind.LMCACHE_WORKER)], kind=StoreKind.LMCACHE_WORKER)
+    worker_b = _store([_user("b-0", "inst-b", True, StoreKind.LMCACHE_WORKER)], kind=StoreKind.LMCACHE_WORKER)
+    calls = plan_calls([ctl, worker_a, worker_b], shared=False)
+    # a-0: the controller clears it; b-0: the controller call is held back (b-1 shares inst-b),
+    # so the pod's own worker API clears it
+    assert [(c.scope, c.instance, c.blocked is None) for c in calls] == [
+        ("instance", "inst-a", True), ("instance", "inst-b", False), ("worker", None, True)]
+    assert calls[2].store is worker_b
