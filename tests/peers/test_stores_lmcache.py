@@ -20,11 +20,14 @@ from typing import Any
 import pytest
 
 import tests.peers as peers
+from tests.e2e.test_rbac_role import LMCACHE_NEEDED, USER, full_rules, role_documents, set_rules
+from tests.e2e.test_rbac_role import NS as RBAC_NS
 from tests.simctl import SimCluster, sandbox_available
 
 pytestmark = [pytest.mark.peers, pytest.mark.stores]
 
-CTL, API, GHOST = "lmt-ctl", "lmt-api", "lmt-ghost"
+# the worker-API pods live in the namespace of the repository's Role (user alice)
+CTL, API, GHOST = "lmt-ctl", RBAC_NS, "lmt-ghost"
 CONTROLLER = f"kv-lmcache-controller.{CTL}.svc.cluster.local"
 TOKENS = 1024
 
@@ -177,12 +180,18 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
         pytest.skip(msg)
     m = tmp_path_factory.mktemp("lmcache") / "m.yaml"
     m.write_text(MANIFEST)
-    with SimCluster([m], namespace=CTL, real_servers=["lmcache"]) as cluster:
+    with SimCluster([m], namespace=CTL, real_servers=["lmcache"],
+                    scenario={"users": [{"name": USER}], "rbac": role_documents()}) as cluster:
         cluster.wait_ready(120)
         _until("the worker registering at the controller",
                lambda: _http("GET", _controller(cluster) + "/controller/workers?instance_id=with-ctl")[0] == 200)
         _until("the worker API of api-only", lambda: _http("GET", _worker_api(cluster, "api-only") + "/metrics")[0])
         yield cluster
+
+
+def _as_alice(sim: SimCluster, *args: str) -> tuple[int, list[dict[str, Any]], str]:
+    done = sim.run(*args, "-n", API, "--context", f"sim-{USER}", "-o", "json")
+    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else [], done.stderr
 
 
 def _rows(rows: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -262,3 +271,23 @@ def test_an_instance_no_worker_registered_is_said_plainly(sim: SimCluster) -> No
     [reset] = _rows(rows, "CacheReset")
     assert reset["cpu"] == "left"
     assert code == 1, (rows, err)
+
+
+def test_the_role_lets_the_worker_api_clear_and_its_rule_is_needed(sim: SimCluster) -> None:
+    _seed(sim, "api-only")
+    [(index, args, named)] = LMCACHE_NEEDED
+    rules = full_rules()
+    set_rules(sim, rules[:index] + rules[index + 1:])
+    try:
+        code, rows, err = _as_alice(sim, *args)
+    finally:
+        set_rules(sim, rules)
+    [row] = rows
+    assert code == 1 and row["result"] == "failed", (rows, err)
+    for word in named:
+        assert word in row["message"], row
+    assert "Traceback" not in err
+    code, rows, err = _as_alice(sim, *args)
+    [row] = rows
+    assert code == 0 and (row["store"], row["before"], row["after"], row["result"]) == (
+        "lmcache-worker", 4, 0, "emptied"), (rows, err)
