@@ -14,7 +14,8 @@ from ..stores.clear import StoreResult, run_call
 from ..stores.find import find_stores
 from .scope import Scope
 
-__all__ = ["ChainedReport", "StorePlan", "columns", "lmcache_cpu_cleared", "plan_store", "run_store", "store_row"]
+__all__ = ["ChainedReport", "StorePlan", "columns", "lmcache_cpu_cleared", "lmcache_cpu_planned",
+           "plan_store", "run_store", "store_row"]
 
 
 def columns(scope: str | None) -> list[Column]:
@@ -170,6 +171,19 @@ def run_store(plan: StorePlan, *, dry_run: bool = False, max_concurrency: int = 
 #: What empties a pod's in-process LMCache CPU tier, by store kind (``StoreClear`` ``store``).
 LMCACHE_CPU_CLEARS = {"lmcache-controller": "the LMCache controller's POST /clear",
                       "lmcache-worker": "LMCache's worker API DELETE /cache/clear"}
+
+
+def lmcache_cpu_planned(plan: StorePlan) -> list[str]:
+    """The targeted pods (``ns/name``) whose in-process LMCache CPU tier a planned call (not
+    blocked) of ``plan`` empties: an LMCache controller instance or worker API call. Their
+    ``PlannedReset`` rows list that tier as left (vLLM's reset does not reach it); the store step
+    empties it."""
+    pods: list[str] = []
+    for call in plan.calls:
+        if call.blocked is None and call.scope in ("instance", "worker"):
+            pods += [f"{u.pod.namespace}/{u.pod.name}" for u in call.store.users if u.targeted
+                     and (call.scope != "instance" or u.use.instance_id == call.instance)]
+    return list(dict.fromkeys(pods))
 
 
 def lmcache_cpu_cleared(report: Report) -> dict[tuple[str, str], tuple[str, str]]:

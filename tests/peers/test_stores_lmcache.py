@@ -234,6 +234,8 @@ def test_dry_run_counts_and_changes_nothing(sim: SimCluster) -> None:
     assert (row["result"], row["before"], row["after"]) == ("planned", 4, 4), row
     assert row["method"] == "GET /controller/workers?instance_id=, then POST /clear per location (LocalCPUBackend)"
     assert code == 0, (rows, err)
+    pod = f"{CTL}/{_pod(sim, 'with-ctl')['name']}"
+    assert f"note: the LMCache CPU tier of {pod} is emptied by the store step" in err
     assert _lookup(sim) == {"with-ctl": ["LocalCPUBackend", TOKENS]}
     code, rows, err = sim.run_json("clear-store", "-n", CTL, "--all", "--yes")
     assert code == 0 and _lookup(sim) == {}, (rows, err)
