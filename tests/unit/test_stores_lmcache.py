@@ -208,3 +208,67 @@ def test_a_pod_the_controller_clears_gets_no_second_clear_through_its_worker_api
     assert [(c.scope, c.instance, c.blocked is None) for c in calls] == [
         ("instance", "inst-a", True), ("instance", "inst-b", False), ("worker", None, True)]
     assert calls[2].store is worker_b
+
+
+# ---- the CacheReset row of a pod whose LMCache CPU tier the store step emptied ----------------
+
+def _outcome(cpu_connector: str, *, other_left: bool = False) -> tuple[Any, Any]:
+    from kubectl_kvreset.job.outcome import LeftRow, Outcome, PortOutcome, result_columns
+    from kubectl_kvreset.plan import LeftTier, PodSteps, TierEffect
+    from kubectl_kvreset.report import ExitCode, Report
+    from kubectl_kvreset.tiers import Tier, TierKind
+
+    gpu = Tier(TierKind.GPU, None, None)
+    cpu = Tier(TierKind.CPU, cpu_connector, None)
+    fs = Tier(TierKind.FS, cpu_connector, None, root_dir="/kv")
+    why = "LMCache connectors do not implement reset_cache"
+    effects = [TierEffect(gpu, True, "prefix cache", None), TierEffect(cpu, False, why, "restart")]
+    left = [LeftTier(cpu, why, "--fallback=restart")]
+    tiers: dict[str, tuple[str, ...]] = {"gpu": ("emptied",), "cpu": ("left",)}
+    rows = [LeftRow("cpu", why, "--fallback=restart")]
+    if other_left:
+        effects.append(TierEffect(fs, False, "no clear", "clear-fs"))
+        left.append(LeftTier(fs, "no clear", None))
+        tiers["fs"] = ("left",)
+        rows.append(LeftRow("fs:/kv", "no clear", None))
+    pod = SimpleNamespace(namespace="lmc", name="v-0", container="vllm")
+    pplan = SimpleNamespace(pod=pod, effects=tuple(effects), not_running=None,
+                            steps=PodSteps((), tuple(left), "restart"))
+    po = PortOutcome(namespace="lmc", pod="v-0", container="vllm", port=8000, role=None, owner="deployment/v",
+                     version="0.32.0", tiers=tiers, result="partial",
+                     messages=tuple(f"{r.tier} left: {r.reason}" + (f"; to empty it: {r.remedy}" if r.remedy else "")
+                                    for r in rows),
+                     steps=("api-reset",), calls=1, busy_answers=0, left=tuple(rows), code=ExitCode.FAILED)
+    report = Report("CacheReset", result_columns("lmc"))
+    report.add(po.row(), po.code)
+    return SimpleNamespace(pods=[pplan]), Outcome((po,), (), False, report)
+
+
+def test_the_lmcache_cpu_tier_takes_the_store_rows_result() -> None:
+    from kubectl_kvreset.job.outcome import with_lmcache_clears
+    from kubectl_kvreset.report import ExitCode
+
+    plan, outcome = _outcome("LMCacheConnectorV1")
+    done = with_lmcache_clears(plan, outcome, {("lmc", "v-0"): ("emptied", "the LMCache controller's POST /clear")})
+    [row] = done.report.rows
+    assert (row["cpu"], row["result"], row["left"], done.exit_code) == ("emptied", "emptied", [], ExitCode.OK)
+    assert row["message"] == "cpu: emptied by the LMCache controller's POST /clear"
+    done = with_lmcache_clears(plan, outcome, {("lmc", "v-0"): ("unconfirmed", "LMCache's worker API")})
+    [row] = done.report.rows
+    assert (row["cpu"], row["result"], done.exit_code) == ("unconfirmed", "unconfirmed", ExitCode.UNCONFIRMED)
+    # another pod, or no store clear: unchanged
+    assert with_lmcache_clears(plan, outcome, {("lmc", "other"): ("emptied", "x")}).report.rows == outcome.report.rows
+    assert with_lmcache_clears(plan, outcome, {}) is outcome
+
+
+def test_a_tier_still_left_keeps_the_row_partial_and_other_connectors_are_untouched() -> None:
+    from kubectl_kvreset.job.outcome import with_lmcache_clears
+    from kubectl_kvreset.report import ExitCode
+
+    plan, outcome = _outcome("LMCacheConnectorV1", other_left=True)
+    [row] = with_lmcache_clears(plan, outcome, {("lmc", "v-0"): ("emptied", "x")}).report.rows
+    assert (row["cpu"], row["fs"], row["result"]) == ("emptied", "left", "partial")
+    assert [lt["tier"] for lt in row["left"]] == ["fs:/kv"]
+    plan, outcome = _outcome("OffloadingConnector")
+    done = with_lmcache_clears(plan, outcome, {("lmc", "v-0"): ("emptied", "x")})
+    assert done.report.rows[0]["cpu"] == "left" and done.exit_code is ExitCode.FAILED
