@@ -150,12 +150,21 @@ def _without_covered_workers(calls: list[StoreCall]) -> list[StoreCall]:
     """Drop the worker-API call of a pod whose LMCache instance a controller call (not blocked)
     clears: both empty the same CPU tier, and the controller's is the one the configuration
     routes through. Where the controller call is blocked or absent, the worker API (the pod's
-    own) is used."""
+    own) is used, and a controller call blocked for consent alone is dropped where the worker
+    API covers every targeted pod of its instance."""
     covered = {(u.pod.namespace, u.pod.name) for c in calls if c.scope == "instance" and c.blocked is None
                for u in c.store.users if u.targeted and u.use.instance_id == c.instance}
-    return [c for c in calls if not (c.scope == "worker" and c.blocked is None and c.store.users
-                                     and all((u.pod.namespace, u.pod.name) in covered
-                                             for u in c.store.users if u.targeted))]
+    calls = [c for c in calls if not (c.scope == "worker" and c.blocked is None and c.store.users
+                                      and all((u.pod.namespace, u.pod.name) in covered
+                                              for u in c.store.users if u.targeted))]
+    # an instance clear held back only for consent (its message names the flag), whose targeted
+    # pods all clear their own workers: what belongs to the targets is emptied that way, and the
+    # other pods' part of the instance stays, as consent asks
+    own = {(u.pod.namespace, u.pod.name) for c in calls if c.scope == "worker" and c.blocked is None
+           for u in c.store.users if u.targeted}
+    return [c for c in calls if not (c.scope == "instance" and c.blocked is not None and SHARED_FLAG in c.blocked
+                                     and all((u.pod.namespace, u.pod.name) in own for u in c.store.users
+                                             if u.targeted and u.use.instance_id == c.instance))]
 
 
 def _instance_calls(store: FoundStore, outside: str | None, *, shared: bool) -> list[StoreCall]:

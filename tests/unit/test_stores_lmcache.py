@@ -204,10 +204,18 @@ def test_a_pod_the_controller_clears_gets_no_second_clear_through_its_worker_api
     worker_b = _store([_user("b-0", "inst-b", True, StoreKind.LMCACHE_WORKER)], kind=StoreKind.LMCACHE_WORKER)
     calls = plan_calls([ctl, worker_a, worker_b], shared=False)
     # a-0: the controller clears it; b-0: the controller call is held back (b-1 shares inst-b),
-    # so the pod's own worker API clears it
+    # so the pod's own worker API clears it, and b-1's part of inst-b stays
     assert [(c.scope, c.instance, c.blocked is None) for c in calls] == [
-        ("instance", "inst-a", True), ("instance", "inst-b", False), ("worker", None, True)]
-    assert calls[2].store is worker_b
+        ("instance", "inst-a", True), ("worker", None, True)]
+    assert calls[1].store is worker_b
+    # with the flag the controller clears inst-b (b-1's part too), once
+    calls = plan_calls([ctl, worker_a, worker_b], shared=True)
+    assert [(c.scope, c.instance, c.blocked is None) for c in calls] == [
+        ("instance", "inst-a", True), ("instance", "inst-b", True)]
+    # without a worker API for b-0, the held-back call stays to say why
+    calls = plan_calls([ctl, worker_a], shared=False)
+    assert [(c.scope, c.instance, c.blocked is None) for c in calls] == [
+        ("instance", "inst-a", True), ("instance", "inst-b", False)]
 
 
 # ---- the CacheReset row of a pod whose LMCache CPU tier the store step emptied ----------------
