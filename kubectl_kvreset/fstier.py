@@ -516,7 +516,7 @@ def _other_mounts(universe: Sequence[VllmPod], objects: Sequence[Mapping[str, An
 # --------------------------------------------------------------------------- the program run in the pod
 
 #: The fixed program run in the pod with ``python3 -I -c CLEAR_SCRIPT ROOT [--model P]...
-#: [--count-only]``. The root and model prefixes arrive as argv elements, never as code.
+#: [--file-suffix S] [--count-only]``. The root and model prefixes arrive as argv elements, never as code.
 #: It walks from ``/`` with ``O_NOFOLLOW`` at every component (a symlink anywhere on the way is
 #: refused), works on directory descriptors only (``dir_fd``), never follows a symlink below
 #: the root (links are unlinked, not followed), never crosses into another file system below
@@ -530,10 +530,12 @@ import json, os, re, stat, sys
 sys.setrecursionlimit(20000)
 args = sys.argv[1:]
 root = args[0] if args else ""
-models, count_only, i = [], False, 1
+models, count_only, file_suffix, i = [], False, None, 1
 while i < len(args):
     if args[i] == "--model" and i + 1 < len(args):
         models.append(args[i + 1]); i += 2
+    elif args[i] == "--file-suffix" and i + 1 < len(args):
+        file_suffix = args[i + 1]; i += 2
     elif args[i] == "--count-only":
         count_only = True; i += 1
     else:
@@ -572,6 +574,8 @@ for comp in [p for p in parts if p]:
 rootfd = fd
 dev = os.fstat(rootfd).st_dev
 def selected(name):
+    if file_suffix is not None:
+        return name.endswith(file_suffix) and (not models or any(name.startswith(p) for p in models))
     if not models:
         return True
     return any(name.startswith(p) and suffix.fullmatch(name[len(p):]) for p in models)
@@ -664,15 +668,21 @@ done(1 if out["errors"] or out["skipped_mounts"] else 0)
 '''
 
 
-def python_argv(root: str, models: Sequence[str] = (), *, count_only: bool = False) -> list[str]:
+def python_argv(root: str, models: Sequence[str] = (), *, count_only: bool = False,
+                file_suffix: str | None = None) -> list[str]:
     """argv running :data:`CLEAR_SCRIPT` on ``root``: ``python3 -I -c SCRIPT ROOT [--model P]...``.
 
     ``-I`` (isolated mode) ignores ``PYTHON*`` variables and the user site directory of the
-    container, so nothing in the pod's environment changes the program.
+    container, so nothing in the pod's environment changes the program. With ``file_suffix``
+    the root's children selected are the entries whose name ends with it and, with ``models``,
+    starts with one of them (LMCache's local disk: ``<model>@...pt`` files, not vLLM's
+    ``<model>_<hash12>`` directories).
     """
     argv = ["python3", "-I", "-c", CLEAR_SCRIPT, root]
     for m in models:
         argv += ["--model", m]
+    if file_suffix is not None:
+        argv += ["--file-suffix", file_suffix]
     if count_only:
         argv.append("--count-only")
     return argv

@@ -123,7 +123,7 @@ def command(**params: Any) -> None:
         store_rows = run_store(stores, dry_run=True, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED)
         emit(ChainedReport([plan_report(the_plan), store_rows]), params["output"], empty_message="Nothing to do.")
     if interactive:
-        if stores.calls:
+        if not stores.empty:
             info(stores.report().render("table").rstrip())
         confirmed = confirm(the_plan, replan, plan_report)
         if confirmed is None:

@@ -44,7 +44,9 @@ def shared_option(func: Any) -> Any:
         "Mooncake's MOONCAKE_CONFIG_PATH JSON. Each address is resolved to a Service or pod of the "
         "cluster. Redis/Valkey: the keys of the targets' models (SCAN MATCH '<model>@*' + UNLINK over "
         "port-forward), counted before and after. Mooncake master: POST /api/v1/remove_all?force=true "
-        "on its admin port through the pod proxy, confirmed by master_key_count. A clear that would "
+        "on its admin port through the pod proxy, confirmed by master_key_count. InfiniStore: POST /purge "
+        "on its manage port, confirmed by /kvmap_len. LMCache's local disk: its *.pt files deleted "
+        "through exec as clear-fs deletes, counted before and after. A clear that would "
         "remove what pods outside the targets use is left unless --shared-stores is given. "
         + EXIT_CODES_HELP
     ),
@@ -81,7 +83,7 @@ def command(**params: Any) -> None:
                            timeout_s=timeout)
         emit(report, params["output"], empty_message="Nothing to do.")
         return
-    if sys.stdin.isatty() and not params["yes"] and plan.calls:
+    if sys.stdin.isatty() and not params["yes"] and not plan.empty:
         info(plan.report().render("table").rstrip())
         if not click.confirm("Clear these stores?", default=False, err=True):
             info("nothing changed")

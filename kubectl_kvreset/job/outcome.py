@@ -372,7 +372,9 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
                 unconfirmed_rows.append(UnconfirmedRow(tier_label(tier), fs_text or "the deletion was not confirmed"))
             elif state != "emptied":
                 failure_result = failure_result or "failed"
-                left_rows.append(LeftRow(tier_label(tier), fs_text or "the deletion did not empty it", FS_REMEDY))
+                left_rows.append(LeftRow(tier_label(tier), fs_text or "the deletion did not empty it",
+                                         "kubectl kvreset clear-store" if tier.tier_type == "lmcache_local_disk"
+                                         else FS_REMEDY))
         else:
             state = owner_state or "not emptied"
             if state == "not emptied":
@@ -466,7 +468,14 @@ def describe_reset_failure(pod: VllmPod, first: ResetResult) -> tuple[str, str]:
 
 
 def fs_state(tier: Tier, results: list[FsClearResult]) -> tuple[str, str | None]:
-    """The state of an FS tier from the volume deletions covering it, and a message."""
+    """The state of an FS tier from the volume deletions covering it, and a message.
+
+    LMCache's local disk is never one of clear-fs's deletions (``fstier.FS_TIER_TYPES``): the
+    store step deletes its ``*.pt`` files and says so in its own ``StoreClear`` row, so here it
+    is not emptied whatever other FS tier of the pod was."""
+    if tier.tier_type == "lmcache_local_disk":
+        return "not emptied", (f"{tier_label(tier)}: LMCache's local disk is emptied by the store step "
+                               "(clear-store, chained by clear), not here: see its StoreClear row")
     mine = [r for r in results if r.target.root == tier.root_dir] or results
     if not mine:
         return "not emptied", f"{tier_label(tier)}: no deletion ran"

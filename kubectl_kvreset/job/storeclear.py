@@ -1,5 +1,6 @@
 """The clear-store job: the shared stores outside the pods that the targets use
-(:mod:`kubectl_kvreset.stores`), one call per store and scope, and its ``StoreClear`` rows."""
+(:mod:`kubectl_kvreset.stores`), one call per store and scope, and LMCache's local disk
+(:mod:`.storedisk`), with their ``StoreClear`` rows."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..stores.calls import StoreCall, plan_calls
 from ..stores.clear import StoreResult, run_call
 from ..stores.find import find_stores
 from .scope import Scope
+from .storedisk import DiskCall, disk_row, plan_disks, run_disk
 
 __all__ = ["ChainedReport", "StorePlan", "columns", "lmcache_cpu_cleared", "lmcache_cpu_planned",
            "plan_store", "run_store", "store_row"]
@@ -71,7 +73,8 @@ def store_row(call: StoreCall, outcome: StoreResult | None = None) -> dict[str, 
 
 
 def row_code(outcome: StoreResult) -> ExitCode:
-    """0 when emptied (or planned), 3 when unconfirmed, 1 when left or failed."""
+    """0 when emptied (or planned), 3 when unconfirmed (the store's answer proves less than
+    emptied), 1 when left or failed."""
     if outcome.result == "unconfirmed":
         return ExitCode.UNCONFIRMED
     return ExitCode.OK if outcome.result in ("emptied", "planned") else ExitCode.FAILED
@@ -86,14 +89,22 @@ class StorePlan:
     calls: tuple[StoreCall, ...]
     notes: tuple[str, ...]
     unknown: tuple[str, ...] = ()
+    disks: tuple[DiskCall, ...] = ()
 
     def report(self) -> Report:
         """The plan as ``StoreClear`` rows (``planned`` or ``left``)."""
         plan = Report("StoreClear", columns(self.scope.namespace))
         for call in self.calls:
             plan.add(store_row(call), ExitCode.FAILED if call.blocked else ExitCode.OK)
+        for disk in self.disks:
+            plan.add(disk_row(disk), ExitCode.FAILED if disk.blocked else ExitCode.OK)
         add_unknown(plan, self)
         return plan
+
+    @property
+    def empty(self) -> bool:
+        """True when there is no store call and no local-disk deletion to make."""
+        return not self.calls and not self.disks
 
 
 def add_unknown(report: Report, plan: StorePlan) -> None:
@@ -131,8 +142,15 @@ def plan_store(scope: Scope, *, shared: bool = False, extra_universe: Sequence[A
             for use in uses:
                 if use.address is None:
                     unknown.append(f"{pod.namespace}/{pod.name}: " + "; ".join([*use.notes, *pod_notes]))
+    from .fsclear import other_pod_objects
+
+    disk_notes: list[str] = []
+    namespaces = sorted({p.namespace for p in scope.pods})
+    disks = tuple(plan_disks(scope.kube, scope.pods, scope.universe, cache, shared=shared,
+                             list_pods=lambda: other_pod_objects(scope.kube, namespaces, disk_notes)))
     if not named:
-        return StorePlan(scope, (), ("The targeted pods use no shared store outside the pods.",), tuple(unknown))
+        none = () if disks else ("The targeted pods use no shared store outside the pods.",)
+        return StorePlan(scope, (), (*none, *disk_notes), tuple(unknown), disks)
     universe = list(scope.universe)
     notes: list[str] = []
     try:
@@ -146,7 +164,7 @@ def plan_store(scope: Scope, *, shared: bool = False, extra_universe: Sequence[A
     stores, find_notes = find_stores(scope.kube, universe, {p.uid for p in scope.pods})
     notes.extend(f"note: {n}" for n in find_notes)
     calls = plan_calls(stores, shared=shared)
-    return StorePlan(scope, tuple(calls), tuple(notes), tuple(unknown))
+    return StorePlan(scope, tuple(calls), (*notes, *disk_notes), tuple(unknown), disks)
 
 
 def run_store(plan: StorePlan, *, dry_run: bool = False, max_concurrency: int = 8,
@@ -164,6 +182,15 @@ def run_store(plan: StorePlan, *, dry_run: bool = False, max_concurrency: int = 
             report.add(row, ExitCode.INTERRUPTED)
             continue
         report.add(store_row(call, outcome), row_code(outcome))
+    disk_results = parallel(plan.disks, lambda d: run_disk(kube, d, dry_run=dry_run, timeout_s=max(timeout_s, 120.0)),
+                            max_concurrency, cancel)
+    for disk, outcome in zip(plan.disks, disk_results, strict=True):
+        if isinstance(outcome, NotRun):
+            row = disk_row(disk)
+            row.update(result="interrupted", message="not run: interrupted")
+            report.add(row, ExitCode.INTERRUPTED)
+            continue
+        report.add(disk_row(disk, outcome), row_code(outcome))
     add_unknown(report, plan)
     return report
 

@@ -86,6 +86,7 @@ METHODS: dict[StoreKind, Callable[[FoundStore, str | None], str]] = {
     StoreKind.MOONCAKE: lambda store, model: "POST /api/v1/remove_all?force=true",
     StoreKind.LMCACHE_CONTROLLER: lambda store, model: _controller_method(store),
     StoreKind.LMCACHE_WORKER: lambda store, model: _worker_method(store),
+    StoreKind.INFINISTORE: lambda store, model: "POST /purge",
 }
 
 #: Kinds cleared per model (``<model>@*`` keys); the others are cleared store-wide.

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from ..kube import Kube, KubeApiError, KubeConnectionError, status_message
 from .calls import StoreCall
 from .config import StoreKind
+from .infinistore import InfiniStoreError, clear_infinistore
 from .lmcache_controller import ControllerError
 from .lmcache_worker import WorkerError
 from .mooncake import MooncakeError, clear_master
 from .redisclear import RedisStoreError, clear_model_keys
+from .refusal import api_refusal
 from .resolve import Endpoint, admin_port
 
 __all__ = ["CLEARERS", "STORE_ERRORS", "Clearer", "StoreResult", "pod_http", "pod_object", "run_call"]
@@ -173,6 +175,21 @@ def _display(url: str) -> str:
         return "an unparsable address"
 
 
+def _clear_infinistore(kube: Kube, call: StoreCall, ep: Endpoint, dry_run: bool, timeout_s: float) -> StoreResult:
+    port = admin_port(StoreKind.INFINISTORE, pod_object(kube, ep)) or 18080
+    via = f"{ep.namespace}/{ep.name}:{port}"
+    done = clear_infinistore(pod_http(kube, ep, port, timeout_s), dry_run=dry_run)
+    if dry_run:
+        return StoreResult("planned", done.before, done.after, via=via)
+    if not done.confirmed:
+        return StoreResult("unconfirmed", done.before, None, via=via, message=(
+            f"POST /purge answered ok (num {done.purged}), but the server does not answer GET /kvmap_len: "
+            "nothing confirms the map is empty"))
+    result = "emptied" if done.after == 0 else "left"
+    msg = None if result == "emptied" else f"{done.after} key(s) remain (written meanwhile?)"
+    return StoreResult(result, done.before, done.after, via=via, message=msg)
+
+
 #: The store kinds this version clears, and how (one entry per kind; ``calls.METHODS`` names
 #: the call each makes).
 CLEARERS: dict[StoreKind, Clearer] = {
@@ -181,10 +198,12 @@ CLEARERS: dict[StoreKind, Clearer] = {
     StoreKind.MOONCAKE: _clear_mooncake,
     StoreKind.LMCACHE_CONTROLLER: _clear_lmcache_controller,
     StoreKind.LMCACHE_WORKER: _clear_lmcache_worker,
+    StoreKind.INFINISTORE: _clear_infinistore,
 }
 
 #: Errors a clearer may raise for a store's answer; each becomes a ``failed`` result.
-STORE_ERRORS: tuple[type[Exception], ...] = (RedisStoreError, MooncakeError, ControllerError, WorkerError)
+STORE_ERRORS: tuple[type[Exception], ...] = (RedisStoreError, MooncakeError, ControllerError, WorkerError,
+                                             InfiniStoreError)
 
 
 def run_call(kube: Kube, call: StoreCall, *, dry_run: bool = False, timeout_s: float = 30.0) -> StoreResult:
@@ -203,7 +222,7 @@ def run_call(kube: Kube, call: StoreCall, *, dry_run: bool = False, timeout_s: f
     except STORE_ERRORS as exc:
         return StoreResult("failed", message=str(exc))
     except KubeApiError as exc:
-        return StoreResult("failed", message=f"the API server refused the call: {exc}")
+        return StoreResult("failed", message=api_refusal(call, exc))
     except KubeConnectionError as exc:
         return StoreResult("failed", message=str(exc))
 

@@ -32,7 +32,7 @@ from .config import (
 )
 from .resolve import ClusterIndex, Resolution
 
-__all__ = ["FoundStore", "StoreUser", "cluster_index", "find_stores", "may_use_stores", "pod_stores"]
+__all__ = ["FoundStore", "StoreUser", "cluster_index", "find_stores", "may_use_stores", "pod_config", "pod_stores"]
 
 #: Connectors whose configuration can name a store outside the pod.
 STORE_CONNECTORS = frozenset({*LMCACHE_CONNECTORS, LMCACHE_MP_CONNECTOR, MOONCAKE_STORE_CONNECTOR})
@@ -107,6 +107,16 @@ def _lookup_for(kube: Kube, namespace: str, cache: dict[tuple[str, str, str], An
 def pod_stores(kube: Kube, pod: VllmPod, cache: dict[tuple[str, str, str], Any]) -> tuple[list[StoreUse], list[str]]:
     """The stores one vLLM pod's configuration names, with the notes of what could not be read
     (a ConfigMap/Secret not permitted or absent, a file on a volume the API cannot read)."""
+    env, files, notes = pod_config(kube, pod, cache)
+    uses = stores_of(pod.serve.kv_transfer_config, env, files, model=pod.serve.model, argv=pod.serve.argv)
+    return uses, notes
+
+
+def pod_config(kube: Kube, pod: VllmPod, cache: dict[tuple[str, str, str], Any]) -> tuple[dict[str, str], dict[str, Any], list[str]]:
+    """What the store settings of one vLLM pod are read from: its container environment
+    (``envFrom``/``valueFrom`` resolved, ``serve``'s own env on top), the configuration files
+    :func:`~.config.wanted_files` names (path -> text, or :class:`~.config.Unread`), and the
+    notes of what could not be read. ``cache`` holds the ConfigMaps/Secrets read so far."""
     raw = pod.raw
     container: Mapping[str, Any] = next((c for c in (raw.get("spec") or {}).get("containers") or [] if c.get("name") == pod.container), {})
     lookup = _lookup_for(kube, pod.namespace, cache)
@@ -128,8 +138,7 @@ def pod_stores(kube: Kube, pod: VllmPod, cache: dict[tuple[str, str, str], Any])
                            else Unread(f"key {src.key!r} absent from {src.kind}/{src.name}"))
         else:
             files[path] = Unread(src)
-    uses = stores_of(pod.serve.kv_transfer_config, env, files, model=pod.serve.model, argv=pod.serve.argv)
-    return uses, notes
+    return env, files, notes
 
 
 def cluster_index(kube: Kube, namespaces: Sequence[str]) -> ClusterIndex:

@@ -49,7 +49,7 @@ CLEARABLE = ("LocalCPUBackend",)
 #: Locations without a clear in 0.5.6 and what empties them instead.
 NO_CLEAR = {
     "LocalDiskBackend": ("LMCache 0.5.6's LocalDiskBackend has no clear(): its *.pt files under local_disk "
-                         "are the FS tier's (kubectl kvreset clear-fs)"),
+                         "are deleted by the lmcache-disk row"),
     "RemoteBackend": ("LMCache 0.5.6's RemoteBackend has no clear(): the remote_url store is cleared by its "
                       "own row"),
 }

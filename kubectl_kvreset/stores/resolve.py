@@ -260,7 +260,9 @@ def remedy(kind: StoreKind, address: Address | None, *, model: str | None = None
     if kind is StoreKind.LMCACHE_MP:
         return f"POST http://{host}:8080/cache/clear {{\"tier\":\"l1\",\"force\":false}} on the LMCache MP server"
     if kind is StoreKind.LMCACHE_SERVER:
-        return f"restart the LMCache server at {where} (its protocol has no delete)"
+        return (f"restart the LMCache server at {where} (its protocol has no delete: PUT, GET, EXIST, LIST, HEALTH, "
+                "lmcache/v1/protocol.py); it holds its cache in memory, so a restart of its pod empties it, "
+                "for every user")
     if kind is StoreKind.INFINISTORE:
         return f"POST http://{host}:18080/purge on the InfiniStore server"
     return f"clear {where} with its own tools"

@@ -4,6 +4,7 @@ needed (markers ``stores`` and ``peers``): with one removed, the run fails namin
 from __future__ import annotations
 
 import copy
+import json
 import textwrap
 from collections.abc import Iterator
 
@@ -99,3 +100,17 @@ def test_each_store_rule_is_needed(cluster: SimCluster, index: int, args: list[s
     for word in named:
         assert word in out, (word, out)
     assert "Traceback" not in out
+
+
+def test_forbidden_port_forward_row_names_the_permission_and_the_remedy(cluster: SimCluster) -> None:
+    rules = full_rules()
+    set_rules(cluster, copy.deepcopy([r for r in rules if r["resources"] != ["pods/portforward"]]))
+    try:
+        done = cluster.run("clear-store", "--all", "--yes", "-o", "json", "-n", NS, "--context", f"sim-{USER}")
+    finally:
+        set_rules(cluster, rules)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    [row] = json.loads(done.stdout)
+    assert (row["store"], row["result"]) == ("redis", "failed"), row
+    assert f"needs get on pods/portforward in namespace {NS}" in row["message"], row
+    assert "what would empty it: from where redis://kv-redis:6379 is reachable: redis-cli" in row["message"], row

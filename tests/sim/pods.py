@@ -17,7 +17,8 @@ How a pod's servers are found (DESIGN.md §4):
    continuations and comments removed; variables and control flow are not interpreted).
 3. The recorded argv is read by tests/sim/serveargs.py (ports, DP multi-port, connectors, tiers)
    and one :class:`tests.sim.fakevllm.FakeVLLM` answers on each API port. Routing sidecars
-   (recognised by image name) are emulated by tests/sim/sidecar.py.
+   (recognised by image name) are emulated by tests/sim/sidecar.py, an InfiniStore server
+   (``infinistore ...``) by tests/sim/fakeinfinistore.py (its control plane only).
 4. Caches start warm: GPU prefix blocks, CPU offload blocks where a CPU tier exists, a few files in
    every FS tier root (vLLM's ``vllm/v1/kv_offload/file_mapper.py`` layout, research/vllm.md
    §3.1), and ``/dev/shm/vllm_offload_<engine_id>.mmap`` for a CPU tier on vLLM >= 0.20.
@@ -42,6 +43,8 @@ Per-pod ``overrides`` (all optional; the scenario file passes them through):
 - ``live_kv_transfer_config`` (object): the ``kv_transfer_config`` the servers report in
   ``/server_info?config_format=json`` instead of the one their command line gives (what a
   ``--config`` file or an image default set, unseen in the spec).
+- ``infinistore_keys`` (int, default 0): keys an InfiniStore server's map holds at start;
+  ``infinistore_no_kvmap_len`` (bool): its ``GET /kvmap_len`` answers 404.
 - ``cold`` (bool): start with empty caches (no GPU or CPU blocks, nothing written to FS tiers;
   the /dev/shm offload file is still created, as vLLM creates it at start). The simulator sets
   it for every pod that is not of its owner's first generation (replacements after a rollout,
@@ -64,6 +67,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from .fakeinfinistore import FakeInfiniStore, infinistore_manage_port
 from .fakevllm import FakeVLLM, Response, dev_mode_state, parse_version
 from .images import DEFAULT_VERSION, image_entrypoint, image_vllm_version, is_sidecar_image
 from .sandbox import Bind, container_host_path, run_recorded, volume_binds
@@ -186,7 +190,7 @@ class PodRuntime:
     def __init__(self, ctx: PodContext) -> None:
         self.ctx = ctx
         self._lock = threading.Lock()
-        self._ports: dict[int, FakeVLLM | RoutingSidecar] = {}
+        self._ports: dict[int, FakeVLLM | RoutingSidecar | FakeInfiniStore] = {}
         self._crashed = False
         self._started = False
         self._stopped = False
@@ -221,7 +225,7 @@ class PodRuntime:
             c for c in spec.get("initContainers") or []
             if isinstance(c, dict) and c.get("restartPolicy") == "Always"
         ]
-        ports: dict[int, FakeVLLM | RoutingSidecar] = {}
+        ports: dict[int, FakeVLLM | RoutingSidecar | FakeInfiniStore] = {}
         sidecar_specs: list[tuple[str, Any]] = []
 
         for c in sidecars + containers:
@@ -235,6 +239,14 @@ class PodRuntime:
                     self._env[name] = env
                     self._recorded[name] = command + args
                     sidecar_specs.append((name, parse_sidecar_args(args, image)))
+                    continue
+                manage = infinistore_manage_port(container_argv(c, env))
+                if manage is not None:  # the InfiniStore server: its control plane, emulated
+                    self._env[name] = env
+                    self._recorded[name] = container_argv(c, env) or []
+                    ports[manage] = FakeInfiniStore(
+                        manage, keys=int(ctx.overrides.get("infinistore_keys") or 0),
+                        kvmap_len_route=not ctx.overrides.get("infinistore_no_kvmap_len"))
                     continue
                 if _mentions_vllm(c):
                     self._apply_dev_override(env)
