@@ -92,6 +92,8 @@ class DevModeReading:
         detail: why the value is unknown (``not permitted to read Secret/x``), else None.
         entries: how many ``env`` entries name the variable (a second run of ``--enable``
             leaves exactly one).
+        key: the ConfigMap or Secret key the value is read from (the ``valueFrom`` key, or the
+            key of the ``envFrom`` source that holds it); None for a literal or when unset.
     """
 
     template: str
@@ -102,6 +104,7 @@ class DevModeReading:
     enabled: bool
     detail: str | None = None
     entries: int = 0
+    key: str | None = None
 
     def describe(self) -> str:
         """Short text for a table cell: ``on``, ``off``, ``invalid ("true": vLLM will not
@@ -199,11 +202,12 @@ def _named(container: Mapping[str, Any]) -> list[int]:
 
 
 def _reading(label: str, container: str, value: str | None, source: str | None, *,
-             detail: str | None = None, entries: int = 0) -> DevModeReading:
+             detail: str | None = None, entries: int = 0, key: str | None = None) -> DevModeReading:
     if value is None:
-        return DevModeReading(label, container, None, source, None if source else True, False, detail, entries)
+        return DevModeReading(label, container, None, source, None if source else True, False, detail, entries, key)
     accepted = vllm_accepts(value)
-    return DevModeReading(label, container, value, source, accepted, accepted and int(value) != 0, detail, entries)
+    return DevModeReading(label, container, value, source, accepted, accepted and int(value) != 0, detail, entries,
+                          key)
 
 
 def read_template_dev_mode(ref: TemplateRef, lookup: SourceLookup | None = None) -> DevModeReading:
@@ -229,18 +233,19 @@ def read_template_dev_mode(ref: TemplateRef, lookup: SourceLookup | None = None)
             if key in vf:
                 src = vf[key] or {}
                 source = f"{key} {kind}/{src.get('name', '')}"
+                data_key = str(src.get("key", ""))
                 data, why = _lookup(lookup, kind, str(src.get("name", "")))
                 if data is None:
-                    return _reading(ref.label, vc.name, None, source, detail=why, entries=len(named))
+                    return _reading(ref.label, vc.name, None, source, detail=why, entries=len(named), key=data_key)
                 if src.get("key") not in data:
                     # the kubelet refuses to start the container when the key is absent
                     # (unless optional: then the variable is unset)
                     return _reading(ref.label, vc.name, None, source,
                                     detail=f"key {src.get('key')!r} absent from {kind}/{src.get('name')}",
-                                    entries=len(named))
-                return _reading(ref.label, vc.name, str(data[src["key"]]), source, entries=len(named))
+                                    entries=len(named), key=data_key)
+                return _reading(ref.label, vc.name, str(data[src["key"]]), source, entries=len(named), key=data_key)
         return _reading(ref.label, vc.name, None, "fieldRef", detail="set from a field of the pod", entries=len(named))
-    found: tuple[str, str] | None = None
+    found: tuple[str, str, str] | None = None
     unknown: str | None = None
     for source in vc.spec.get("envFrom") or []:
         prefix = str(source.get("prefix", "") or "")
@@ -255,9 +260,9 @@ def read_template_dev_mode(ref: TemplateRef, lookup: SourceLookup | None = None)
                 continue
             for var, value in data.items():
                 if prefix + var == DEV_MODE_ENV:
-                    found = (str(value), f"envFrom {kind}/{name}")
+                    found = (str(value), f"envFrom {kind}/{name}", str(var))
     if found is not None:
-        return _reading(ref.label, vc.name, found[0], found[1])
+        return _reading(ref.label, vc.name, found[0], found[1], key=found[2])
     if unknown is not None:
         return _reading(ref.label, vc.name, None, None, detail=unknown)
     return _reading(ref.label, vc.name, None, None)

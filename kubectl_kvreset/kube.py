@@ -956,7 +956,8 @@ class Kube:
         """Send an HTTP request to ``pod:port`` through the API server's pod proxy.
 
         ``path`` starts with ``/`` (e.g. ``/reset_prefix_cache``); ``query`` is sent as the
-        proxied request's query string. URL form ``/api/v1/namespaces/NS/pods/[https:]POD:PORT/proxy/PATH``
+        proxied request's query string; ``body`` with ``content_type`` (the API server passes
+        the header on: a FastAPI server needs ``application/json`` to read a JSON body). URL form ``/api/v1/namespaces/NS/pods/[https:]POD:PORT/proxy/PATH``
         (kubernetes PR #14876). The answer is the pod's own unless ``from_apiserver``.
         RBAC: ``create`` on ``pods/proxy`` for POST, ``get`` for GET, ``delete`` for DELETE.
 

@@ -25,11 +25,35 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from .pods import DEV_MODE_ENV, DevMode
 
-__all__ = ["MULTIPROC_ENV", "NotRunning", "metrics_500_hint", "not_running"]
+__all__ = ["MULTIPROC_ENV", "NotRunning", "ResolvedDevMode", "metrics_500_hint", "not_running"]
+
+
+class ResolvedDevMode(Protocol):
+    """``VLLM_SERVER_DEV_MODE`` as the kubelet resolves it (what
+    :class:`kubectl_kvreset.devmode.DevModeReading` holds): the ``value`` (None: unset or
+    unread), its ``source`` (``env``, ``configMapKeyRef ConfigMap/NAME``, ``secretKeyRef
+    Secret/NAME``, ``envFrom ConfigMap/NAME``, ...; None when unset or when an ``envFrom``
+    source that may hold it could not be read), the ConfigMap/Secret ``key``, whether vLLM
+    ``accepted`` it (``int()`` parses it) and why it is unknown (``detail``)."""
+
+    @property
+    def value(self) -> str | None: ...
+
+    @property
+    def source(self) -> str | None: ...
+
+    @property
+    def key(self) -> str | None: ...
+
+    @property
+    def accepted(self) -> bool | None: ...
+
+    @property
+    def detail(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -53,8 +77,35 @@ def _status_of(statuses: Any, container: str) -> Mapping[str, Any] | None:
     return None
 
 
+def _referenced(resolved: ResolvedDevMode) -> str:
+    """``ConfigMap flags key dev`` / ``Secret s key dev`` / ``envFrom ConfigMap vllm-env key
+    VLLM_SERVER_DEV_MODE``: where a referenced value comes from, for a row."""
+    source = resolved.source or ""
+    how, _, obj = source.partition(" ")
+    kind, _, name = obj.partition("/")
+    where = f"{kind} {name}" if kind else "an envFrom source"
+    if how == "envFrom":
+        where = f"envFrom {where}"
+    return where + (f" key {resolved.key}" if resolved.key else "")
+
+
+def _referenced_cause(resolved: ResolvedDevMode, fix: str) -> str | None:
+    """Why a crash loop comes from a ``valueFrom``/``envFrom`` value of the variable (vLLM
+    refuses it), or that the value could not be read; None when the value is fine or unset."""
+    if resolved.source == "env" or resolved.source == "fieldRef":
+        return None
+    if resolved.value is not None:
+        if resolved.accepted is not False:
+            return None
+        return (f'{DEV_MODE_ENV}="{resolved.value}" from {_referenced(resolved)} is not an integer, so vLLM exits '
+                f"at start-up (vllm/envs.py reads it with int()){fix}")
+    if resolved.detail is None:
+        return None
+    return f"{DEV_MODE_ENV}: value from {_referenced(resolved)} unread: {resolved.detail}"
+
+
 def _crash_cause(st: Mapping[str, Any], dev_mode: DevMode | None, owner_ref: str | None,
-                 namespace: str) -> str:
+                 namespace: str, resolved: ResolvedDevMode | None = None) -> str:
     parts: list[str] = []
     last = ((st.get("lastState") or {}).get("terminated") or {})
     if last:
@@ -65,23 +116,33 @@ def _crash_cause(st: Mapping[str, Any], dev_mode: DevMode | None, owner_ref: str
     restarts = st.get("restartCount")
     if restarts:
         parts.append(f"{restarts} restart{'s' if int(restarts) != 1 else ''}")
+    fix = (f"; fix it with: kubectl kvreset devmode --enable {owner_ref} -n {namespace}" if owner_ref else "")
     if dev_mode is not None and dev_mode.source == "env" and dev_mode.accepted is False:
-        fix = (f"; fix it with: kubectl kvreset devmode --enable {owner_ref} -n {namespace}" if owner_ref else "")
         parts.append(f'{DEV_MODE_ENV}="{dev_mode.value}" is not an integer, so vLLM exits at start-up '
                      f"(vllm/envs.py reads it with int()){fix}")
+    elif resolved is not None and (dev_mode is None or dev_mode.source != "env"):
+        referenced = _referenced_cause(resolved, fix)
+        if referenced is not None:
+            parts.append(referenced)
     return ", ".join(parts) or "the container keeps exiting"
 
 
 def not_running(pod: Mapping[str, Any], container: str, *, dev_mode: DevMode | None = None,
-                owner_ref: str | None = None) -> NotRunning | None:
+                owner_ref: str | None = None, resolved: ResolvedDevMode | None = None) -> NotRunning | None:
     """The state of a pod (the object as the API returned it) whose vLLM ``container`` does not
     run, or None when it runs (Ready or not: a running server that is not Ready yet is waited
     for by the callers).
 
     ``dev_mode``: the container's ``VLLM_SERVER_DEV_MODE`` as the spec sets it; a literal vLLM
     refuses explains a crash loop, and the cause says so (with the ``devmode --enable`` command
-    for ``owner_ref``, e.g. ``deployment/x``). Never raises for an odd status (missing fields
-    give ``Pending`` with the phase as the cause).
+    for ``owner_ref``, e.g. ``deployment/x``). ``resolved``: the same variable as the kubelet
+    resolved it, for a value the spec takes through ``valueFrom`` (a ConfigMap or Secret key)
+    or ``envFrom``: a value vLLM refuses is named with its ConfigMap/Secret and key, and a
+    source that could not be read is said to be unread, with the reason (never guessed).
+    vLLM 0.32.0 ``vllm/envs.py`` reads the variable as ``bool(int(os.getenv(...)))``: any
+    text ``int()`` parses (``" 1"``, ``"+2"``, ``"0"``) starts the server, anything else
+    (``"true"``, ``"yes"``, ``""``) raises at start-up. Never raises for an odd status
+    (missing fields give ``Pending`` with the phase as the cause).
     """
     status = pod.get("status") or {}
     namespace = str((pod.get("metadata") or {}).get("namespace", ""))
@@ -99,7 +160,7 @@ def not_running(pod: Mapping[str, Any], container: str, *, dev_mode: DevMode | N
     if isinstance(waiting, Mapping) and st is not None:
         reason = str(waiting.get("reason") or "Waiting")
         if reason == "CrashLoopBackOff" or (st.get("lastState") or {}).get("terminated"):
-            return NotRunning(reason, _crash_cause(st, dev_mode, owner_ref, namespace))
+            return NotRunning(reason, _crash_cause(st, dev_mode, owner_ref, namespace, resolved))
         message = waiting.get("message")
         return NotRunning(reason, str(message) if message else
                           f"container {container} is not started yet (phase {phase})")

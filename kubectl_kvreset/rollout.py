@@ -723,8 +723,9 @@ def source_lookup(kube: Kube, namespace: str) -> Callable[[str, str], Mapping[st
     return lookup
 
 
-def _readings(kube: Kube, namespace: str, obj: Mapping[str, Any]) -> tuple[DevModeReading, ...]:
-    lookup = source_lookup(kube, namespace)
+def _readings(kube: Kube, namespace: str, obj: Mapping[str, Any],
+              lookup: Callable[[str, str], Mapping[str, str] | None] | None = None) -> tuple[DevModeReading, ...]:
+    lookup = lookup or source_lookup(kube, namespace)
 
     def safe(kind: str, name: str) -> Mapping[str, str] | None:
         try:
@@ -760,28 +761,34 @@ def read_dev_mode(kube: Kube, namespace: str, owner: Owner, role: str | None = N
     return DevModeResult(namespace, owner, role, "status", "read", readings, managers, message)
 
 
-def dev_mode_changes(kube: Kube, namespace: str, owner: Owner, *, enable: bool) -> list[str]:
+def dev_mode_changes(kube: Kube, namespace: str, owner: Owner, *, enable: bool,
+                     lookup: Callable[[str, str], Mapping[str, str] | None] | None = None) -> list[str]:
     """The sentences of :func:`kubectl_kvreset.devmode.describe_replacements` for an owner
     (Deployment or LeaderWorkerSet) as it is now: which ``valueFrom`` entry ``devmode``
     replaces or removes and which ``envFrom`` value a literal overrides. Shown in the plan and
     the prompt before the patch; empty for other kinds or when the owner cannot be read (the
-    patch then reports that failure itself)."""
+    patch then reports that failure itself). ``lookup``: a :func:`source_lookup` of
+    ``namespace`` shared with other reads of the run (what it already read is not read again)."""
     if owner.kind not in _RESOURCES:
         return []
     try:
         obj = _get(kube, namespace, owner)
-        return describe_replacements(obj, _readings(kube, namespace, obj), enable=enable)
+        return describe_replacements(obj, _readings(kube, namespace, obj, lookup), enable=enable)
     except KubeError:
         return []
 
 
-def pod_dev_modes(kube: Kube, pods: Sequence[Mapping[str, Any]]) -> list[DevModeReading]:
+def pod_dev_modes(kube: Kube, pods: Sequence[Mapping[str, Any]],
+                  lookups: dict[str, Callable[[str, str], Mapping[str, str] | None]] | None = None
+                  ) -> list[DevModeReading]:
     """``VLLM_SERVER_DEV_MODE`` of each pod's vLLM container (the pods as the API returned
     them), resolved exactly as :func:`read_dev_mode` resolves an owner's templates: literal
     ``env``, ``valueFrom`` ConfigMap/Secret keys and ``envFrom`` sources (read once per
     namespace and name), so ``detect`` and ``devmode`` report the same value for the same pod.
-    A source that cannot be read gives a reading whose ``detail`` says why; never raises."""
-    lookups: dict[str, Callable[[str, str], Mapping[str, str] | None]] = {}
+    ``lookups``: namespace -> :func:`source_lookup`, shared with the run's other reads (filled
+    in here for a namespace it lacks). A source that cannot be read gives a reading whose
+    ``detail`` says why; never raises."""
+    lookups = {} if lookups is None else lookups
     out: list[DevModeReading] = []
     for pod in pods:
         ns = str((pod.get("metadata") or {}).get("namespace", ""))

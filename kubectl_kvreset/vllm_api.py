@@ -251,3 +251,108 @@ def parse_metrics(text: str) -> list[EngineMetrics]:
             external_queries=counters["external_queries"],
         ))
     return out
+
+
+def _engine_order(label: str) -> tuple[bool, int, str]:
+    return (not label.isdigit(), int(label) if label.isdigit() else 0, label)
+
+
+def engine_labels(text: str) -> tuple[str, ...]:
+    """The ``engine`` label values of one ``/metrics`` scrape: the data-parallel engines the
+    API server behind that port reports, numerically ordered (``("0", "1", "2", "3")``).
+
+    vLLM's ``PrometheusStatLogger`` (0.32.0 ``vllm/v1/metrics/loggers.py``) labels every
+    ``vllm:`` family it registers with ``model_name`` and ``engine``, one child per index of
+    ``engine_indexes`` with the value ``str(index)``; ``AsyncLLM`` passes the client's
+    ``engine_ranks_managed`` (``vllm/v1/engine/core_client.py``: every DP rank under internal
+    load balancing, the node's local ranks from ``--data-parallel-start-rank`` under hybrid
+    load balancing, its own rank under external load balancing). So the number of values is the
+    number of engines behind the port. Empty when no ``vllm:`` family carries the label (vLLM
+    before 0.8, or a scrape of something else). Parsed with prometheus_client's text parser.
+
+    Raises:
+        MetricsParseError: the text is not Prometheus text exposition format.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: set[str] = set()
+    try:
+        for family in text_string_to_metric_families(text):
+            if not family.name.startswith("vllm:"):
+                continue
+            for sample in family.samples:
+                label = sample.labels.get("engine")
+                if label is not None and label != "":
+                    found.add(label)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise MetricsParseError(f"not Prometheus text format: {exc}") from exc
+    return tuple(sorted(found, key=_engine_order))
+
+
+@dataclass(frozen=True)
+class EngineCount:
+    """How many data-parallel engines answer behind one API port, and from which source.
+
+    Attributes:
+        count: the engines (>= 1).
+        labels: their ``engine`` label values on ``/metrics`` (``()`` when the count comes from
+            the flags alone).
+        source: ``"metrics"`` (the ``engine`` labels of ``GET /metrics``) or ``"flags"``
+            (the serve flags, ``kubectl_kvreset.servecmd.engines_behind_port``).
+        note: a disagreement between the two sources, or why ``/metrics`` could not say; None
+            when they agree or the labels were not needed.
+    """
+
+    count: int
+    labels: tuple[str, ...] = ()
+    source: str = "flags"
+    note: str | None = None
+
+
+def engine_count(flag_engines: int, labels: Sequence[str] | None, *, unread: str | None = None,
+                 port: int | None = None) -> EngineCount:
+    """Decide the engine count behind ``port`` from the serve flags (``flag_engines``) and the
+    ``engine`` labels of one ``/metrics`` scrape of that server (``labels``; None when it was
+    not read, then ``unread`` says why).
+
+    The labels win when there are any: they are what the running server reports, while the
+    flags miss data parallelism set where the spec does not show it (a ``--config`` file in the
+    image, ``$(VAR)`` from a ConfigMap, a launcher script). A disagreement is noted. Without
+    labels (not read, unreadable, or a scrape without the label) the flags decide; a
+    ``/metrics`` that could not be read is noted, as the count may then be too low.
+    """
+    flags = max(int(flag_engines), 1)
+    where = f" behind port {port}" if port is not None else ""
+    if labels:
+        ordered = tuple(sorted(dict.fromkeys(str(x) for x in labels), key=_engine_order))
+        note = None
+        if len(ordered) != flags:
+            note = (f"data-parallel engines{where}: the serve flags give {flags}, the engine labels of GET /metrics "
+                    f"show {len(ordered)} ({engine_list(ordered)}); the /metrics count is used")
+        return EngineCount(len(ordered), ordered, "metrics", note)
+    if labels is None and unread is not None:
+        return EngineCount(flags, (), "flags",
+                           f"data-parallel engines{where}: GET /metrics not read ({unread}); the serve flags' "
+                           f"count ({flags}) is used, and engines set outside the flags are not known")
+    return EngineCount(flags, (), "flags", None)
+
+
+def engine_list(labels: Sequence[str]) -> str:
+    """``"engine 1"``, ``"engines 1-3"``, ``"engines 1, 3, 5-6"``: engine labels with runs of
+    consecutive numbers joined."""
+    parts: list[str] = []
+    numbers = [int(x) for x in labels if str(x).isdigit()]
+    others = [str(x) for x in labels if not str(x).isdigit()]
+    run: list[int] = []
+    for n in sorted(set(numbers)):
+        if run and n == run[-1] + 1:
+            run.append(n)
+            continue
+        if run:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [n]
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    parts += others
+    count = len(set(numbers)) + len(others)
+    return ("engine " if count == 1 else "engines ") + ", ".join(parts)

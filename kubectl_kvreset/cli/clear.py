@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .clear_store import shared_option
+from .clear_store import force_mp_option, shared_option
 from .options import (
     EXIT_CODES_HELP,
     INTERRUPTED,
@@ -73,6 +73,7 @@ def dev_mode_on(pod: VllmPod) -> bool | None:
 @model_only_option("clear-fs step: delete only the served model's directories in an FS tier.")
 @whole_tier_option
 @shared_option
+@force_mp_option
 @click.option("--dry-run", is_flag=True, help="Print each pod's plan (steps, tiers emptied and left); change nothing.")
 @yes_option
 @output_option
@@ -104,14 +105,13 @@ def command(**params: Any) -> None:
         fallback=chosen or "none", preempt_running=params["preempt_running"],
         busy_timeout_s=parse_duration(params["busy_timeout"], default=30.0) or 0.0,
         rollout_timeout_s=parse_duration(params["timeout"], default=300.0) or 0.0,
-        model_only=params["model_only"], whole_tier=params["whole_tier"], max_concurrency=params["max_concurrency"],
-        probe_all=interactive or params["dry_run"])
+        model_only=params["model_only"], whole_tier=params["whole_tier"], max_concurrency=params["max_concurrency"])
     from ..job.scope import narrow_containers
 
     ctx = narrow_containers(complete(params, default_all=False), params["container"])
     exit_if_empty(ctx, required=True, output=params["output"])
     the_plan = plan(ctx, options, cancel=INTERRUPTED, fallback_chosen=chosen)
-    stores = plan_store(ctx, shared=params["shared"])
+    stores = plan_store(ctx, shared=params["shared"], force_mp=params["force_mp"])
     for note in stores.notes:
         if note.startswith("note:"):
             info(note)

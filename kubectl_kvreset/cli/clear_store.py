@@ -20,7 +20,7 @@ from .options import (
     yes_option,
 )
 
-__all__ = ["command", "shared_option"]
+__all__ = ["command", "force_mp_option", "shared_option"]
 
 
 def shared_option(func: Any) -> Any:
@@ -30,6 +30,14 @@ def shared_option(func: Any) -> Any:
         help="Also clear what pods outside the targets use: a model's keys that an untargeted pod of "
              "the same model shares, and store-wide clears (Mooncake remove_all) of a store any "
              "untargeted pod (or an unlistable namespace) may use.")(func)
+
+
+def force_mp_option(func: Any) -> Any:
+    """``--force-mp-clear``: send ``force: true`` to the LMCache MP servers' clear."""
+    return click.option(
+        "--force-mp-clear", "force_mp", is_flag=True,
+        help="LMCache MP server: send force: true, which also removes locked objects; stores and "
+             "prefetches in flight may be corrupted (default force: false keeps them).")(func)
 
 
 @click.command(
@@ -44,15 +52,18 @@ def shared_option(func: Any) -> Any:
         "Mooncake's MOONCAKE_CONFIG_PATH JSON. Each address is resolved to a Service or pod of the "
         "cluster. Redis/Valkey: the keys of the targets' models (SCAN MATCH '<model>@*' + UNLINK over "
         "port-forward), counted before and after. Mooncake master: POST /api/v1/remove_all?force=true "
-        "on its admin port through the pod proxy, confirmed by master_key_count. InfiniStore: POST /purge "
-        "on its manage port, confirmed by /kvmap_len. LMCache's local disk: its *.pt files deleted "
-        "through exec as clear-fs deletes, counted before and after. A clear that would "
+        "on its admin port through the pod proxy, confirmed by master_key_count. LMCache MP server: "
+        "POST /cache/clear {\"tier\":\"l1\",\"force\":false} on its HTTP port (--http-port, default 8080; "
+        "older servers' /clear-cache, /api/clear-cache), confirmed by the L1 objects in GET /status. "
+        "InfiniStore: POST /purge on its manage port, confirmed by /kvmap_len. LMCache's local disk: its "
+        "*.pt files deleted through exec as clear-fs deletes, counted before and after. A clear that would "
         "remove what pods outside the targets use is left unless --shared-stores is given. "
         + EXIT_CODES_HELP
     ),
 )
 @target_options
 @shared_option
+@force_mp_option
 @click.option("--timeout", "call_timeout", default="30s", show_default=True, metavar="DURATION",
               help="Bound on each call to a store.")
 @click.option("--dry-run", is_flag=True, help="Print one row per store call (with the stores' counts); change nothing.")
@@ -62,7 +73,7 @@ def shared_option(func: Any) -> Any:
 @kube_flags
 @handle_errors
 def command(**params: Any) -> None:
-    """Empty the shared KV stores (Redis/Valkey, Mooncake) the targeted vLLM pods use.
+    """Empty the shared KV stores (Redis/Valkey, Mooncake, LMCache MP server) the targeted vLLM pods use.
 
     Targets are OWNER arguments (deployment/NAME, leaderworkerset/NAME, pod/NAME; a bare name
     is a Deployment), --all or -l SELECTOR.
@@ -75,7 +86,7 @@ def command(**params: Any) -> None:
     timeout = parse_duration(params["call_timeout"], default=30.0) or 30.0
     ctx = complete(params, default_all=False)
     exit_if_empty(ctx, required=True, output=params["output"])
-    plan = plan_store(ctx, shared=params["shared"])
+    plan = plan_store(ctx, shared=params["shared"], force_mp=params["force_mp"])
     for note in plan.notes:
         info(note)
     if params["dry_run"]:

@@ -16,7 +16,7 @@ from ..discovery import discover
 from ..fstier import plan_fs_clear, run_fs_clear, sharing_message
 from ..kube import KubeError
 from ..plan import STEP_API_RESET, STEP_CLEAR_FS, STEP_DEVMODE, STEP_RESTART
-from ..podapi import CallFailure, PodRef, ResetResult, probe_version, reset
+from ..podapi import PodRef, ResetResult, reset
 from ..pods import ApiPort, Owner, VllmPod
 from ..pool import NOT_RUN, Cancel, NotRun, parallel
 from ..rollout import DevModeResult, restart_owners, run_phased, set_dev_mode
@@ -26,19 +26,13 @@ from .planning import Plan, PodPlan, dev_mode_on, promote
 from .planning import pod_plan as plan_one_pod
 from .probes import contradicts, probe_templates, template_key
 
-#: Kept for callers of earlier releases: the version is read before the resets now.
-VERSION_ROUTE = "GET /version"
 
-
-def reset_route(plan: Plan, pod_plan: PodPlan, port: ApiPort, route: str) -> ResetResult | str | CallFailure:
+def reset_route(plan: Plan, pod_plan: PodPlan, port: ApiPort, route: str) -> ResetResult:
     """Call one reset route of ``pod_plan`` on one port (the prefix-cache reset with the plan's
-    query): a :class:`~kubectl_kvreset.podapi.ResetResult`. ``VERSION_ROUTE`` reads
-    ``GET /version`` instead (the version string or a ``CallFailure``)."""
+    query): a :class:`~kubectl_kvreset.podapi.ResetResult`."""
     pod = pod_plan.pod
     ref = PodRef(pod.namespace, pod.name, pod.container)
     caller = plan.scope.caller
-    if route == VERSION_ROUTE:
-        return probe_version(caller, ref, port.port, scheme=port.scheme)
     query = pod_plan.query if route == pod_plan.routes[0] else ()
     return reset(caller, ref, port.port, route, query, scheme=port.scheme,
                  busy_timeout_s=plan.options.busy_timeout_s)

@@ -22,7 +22,7 @@ from ..pool import NotRun
 from ..report import Column, ExitCode, Report
 from ..rollout import DevModeResult, RestartResult
 from ..tiers import Tier
-from ..vllm_api import ResetOutcome, parse_version, reset_answers_for_every_engine
+from ..vllm_api import ResetOutcome, engine_list, parse_version, reset_answers_for_every_engine
 from .planning import Plan, PodPlan, dev_mode_on
 
 if TYPE_CHECKING:
@@ -294,7 +294,7 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
             first = resets[0]
             if first.outcome is ResetOutcome.CLEARED:
                 reset_state = "emptied"
-                dp_text = engine_zero_only(plan.version, pod.serve.engines_per_port, port)
+                dp_text = engine_zero_only(plan.version, pod.serve.engines_per_port, port, plan.engines)
                 if dp_text is not None:
                     reset_state, unconfirmed = "unconfirmed", True
                     messages.append(dp_text)
@@ -312,8 +312,6 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
                 failure_result, reset_text = describe_reset_failure(pod, first)
                 messages.append(reset_text)
             for extra in resets[1:] if reset_state in ("emptied", "unconfirmed") else []:
-                if plan.version_deferred and extra.outcome is ResetOutcome.DEV_MODE_OFF:
-                    continue  # sent without knowing the version: a 404 here means this version lacks the route
                 if extra.outcome not in (ResetOutcome.CLEARED, ResetOutcome.UNCONFIRMED):
                     detail = extra.answer.detail if extra.answer else (extra.failure.message if extra.failure else "")
                     messages.append(f"{extra.route}: {detail}")
@@ -421,17 +419,24 @@ def skipped_outcome(pod: VllmPod, port: ApiPort | None, container: str | None) -
         steps=(), calls=0, busy_answers=0, left=(), code=ExitCode.OK)
 
 
-def engine_zero_only(version: str | None, engines: int, port: ApiPort | None) -> str | None:
+def engine_zero_only(version: str | None, engines: int, port: ApiPort | None,
+                     labels: tuple[str, ...] = ()) -> str | None:
     """Why a successful reset answer does not confirm every data-parallel engine behind
     ``port`` (None when it does: one engine, or a version that ANDs every engine's result,
-    :func:`~kubectl_kvreset.vllm_api.reset_answers_for_every_engine`)."""
+    :func:`~kubectl_kvreset.vllm_api.reset_answers_for_every_engine`). ``labels``: the engines'
+    ``engine`` labels from ``/metrics`` when they gave the count (the first one, the lowest rank
+    the server manages, is the one that answers; ``vllm/v1/engine/core_client.py``
+    ``call_utility_async``), else ``()`` and the count is the serve flags'."""
     if engines <= 1 or reset_answers_for_every_engine(parse_version(version)):
         return None
-    others = "engine 1" if engines == 2 else f"engines 1-{engines - 1}"
+    counted = len(labels) == engines
+    first = labels[0] if counted else "0"
+    others = engine_list(labels[1:]) if counted else ("engine 1" if engines == 2 else f"engines 1-{engines - 1}")
     who = f"vLLM {version}" if version else "vLLM of unknown version"
     where = f" behind port {port.port}" if port is not None else ""
-    return (f"{who} answers the reset for engine 0 only: {others} of the {engines} data-parallel engines{where} "
-            "are not confirmed (vLLM 0.32.0 and later answer for every engine)")
+    source = "the engine labels of GET /metrics" if counted else "the serve flags"
+    return (f"{who} answers the reset for engine {first} only: {others} of the {engines} data-parallel "
+            f"engines{where} ({source}) are not confirmed (vLLM 0.32.0 and later answer for every engine)")
 
 
 def not_running_outcome(plan: PodPlan, port: ApiPort | None) -> PortOutcome:

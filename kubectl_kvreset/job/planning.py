@@ -10,6 +10,7 @@ per owner and pod template, ``/openapi.json`` for an unknown build) and applies 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from packaging.version import Version
@@ -28,9 +29,9 @@ from ..plan import (
 )
 from ..podapi import CallFailure
 from ..pods import Owner, VllmPod
-from ..podstate import NotRunning, not_running
+from ..podstate import NotRunning, ResolvedDevMode, not_running
 from ..pool import NOT_RUN, Cancel, NotRun
-from ..rollout import dev_mode_changes
+from ..rollout import dev_mode_changes, pod_dev_modes, source_lookup
 from ..tiers import Tier, TierKind
 from ..vllm_api import extra_reset_routes, reset_query
 from .probes import Probe, apply_probe, probe_pods
@@ -62,8 +63,6 @@ class ClearOptions:
         whole_tier: clear-fs empties a volume other pods also mount whole (their models'
             files too); without it only the targets' models' directories go there.
         max_concurrency: calls in flight at once.
-        probe_all: kept for callers of earlier releases: every pod template is probed before
-            planning now (one pod answers for its template), so it changes nothing.
     """
 
     fallback: str = "none"
@@ -73,7 +72,6 @@ class ClearOptions:
     model_only: bool = False
     whole_tier: bool = False
     max_concurrency: int = 64
-    probe_all: bool = False
 
     def __post_init__(self) -> None:
         if self.fallback not in FALLBACKS:
@@ -102,10 +100,33 @@ def dev_mode_on(pod: VllmPod) -> bool | None:
     return None
 
 
-def pod_not_running(pod: VllmPod) -> NotRunning | None:
+#: ``(namespace, pod, container)``: the vLLM container a resolved dev-mode value belongs to.
+ContainerKey = tuple[str, str, str]
+#: namespace -> a :func:`kubectl_kvreset.rollout.source_lookup` (ConfigMap/Secret data, each read once).
+Lookups = dict[str, Callable[[str, str], "Mapping[str, str] | None"]]
+
+
+def pod_not_running(pod: VllmPod, resolved: ResolvedDevMode | None = None) -> NotRunning | None:
     """Why ``pod`` has no running vLLM container (:func:`kubectl_kvreset.podstate.not_running`
-    on the pod as discovered), or None when it runs."""
-    return not_running(pod.raw, pod.container, dev_mode=pod.dev_mode, owner_ref=pod.owner.ref())
+    on the pod as discovered), or None when it runs. ``resolved``: its ``VLLM_SERVER_DEV_MODE``
+    as the kubelet resolves a ``valueFrom``/``envFrom`` value
+    (:class:`~kubectl_kvreset.devmode.DevModeReading`), which then explains a crash loop."""
+    return not_running(pod.raw, pod.container, dev_mode=pod.dev_mode, owner_ref=pod.owner.ref(),
+                       resolved=resolved)
+
+
+def crash_dev_modes(scope: Scope, lookups: Lookups | None = None) -> dict[ContainerKey, ResolvedDevMode]:
+    """The resolved ``VLLM_SERVER_DEV_MODE`` of each targeted pod that crash-loops while its
+    spec takes the variable through ``valueFrom`` or ``envFrom`` (the value may be why vLLM
+    exits), keyed by :data:`ContainerKey`. API requests: one GET per ConfigMap or Secret the
+    run has not read yet (``lookups``: namespace -> :func:`kubectl_kvreset.rollout.source_lookup`,
+    shared with the plan's other reads); none when no such pod is targeted."""
+    crashing = [p for p in scope.pods if p.dev_mode.source in ("valueFrom", "envFrom")
+                and (down := pod_not_running(p)) is not None and down.state == "CrashLoopBackOff"]
+    if not crashing:
+        return {}
+    readings = pod_dev_modes(scope.kube, [p.raw for p in crashing], {} if lookups is None else lookups)
+    return {(p.namespace, p.name, p.container): r for p, r in zip(crashing, readings, strict=True)}
 
 
 def version_matters(pod: VllmPod) -> bool:
@@ -126,8 +147,8 @@ class PodPlan:
     what the running server said that the spec did not (the live configuration, the build), for
     the plan's and the result's rows. ``not_running``: the pod has no running vLLM container
     (Pending, Unschedulable, ContainerCreating, CrashLoopBackOff): no step is planned and nothing
-    is sent to it.
-    ``version_deferred`` is always False (kept for callers of earlier releases). ``steps`` change
+    is sent to it. ``engines``: the ``engine`` labels ``/metrics`` showed (the engine count
+    came from them; ``()``: from the serve flags). ``steps`` change
     when a 404 shows dev mode off and the allowed fallback applies, and the whole plan of a pod
     whose answers contradict its template's is rebuilt from its own probe."""
 
@@ -138,10 +159,10 @@ class PodPlan:
     query: tuple[tuple[str, str], ...]
     routes: tuple[str, ...]
     steps: PodSteps
-    version_deferred: bool = False
     not_running: NotRunning | None = None
     unconfirmed: tuple[Tier, ...] = ()
     notes: tuple[str, ...] = ()
+    engines: tuple[str, ...] = ()
 
     def has(self, action: str) -> bool:
         """True when the plan holds the step ``action``."""
@@ -165,6 +186,9 @@ class Plan:
     """Per owner whose vLLM container takes ``VLLM_SERVER_DEV_MODE`` from ``valueFrom`` or
     ``envFrom``: what a dev-mode step would replace or override
     (:func:`kubectl_kvreset.rollout.dev_mode_changes`), shown with the plan before it runs."""
+    dev_modes: dict[ContainerKey, ResolvedDevMode] = field(default_factory=dict)
+    """The resolved dev-mode values of crash-looping pods (:func:`crash_dev_modes`), which name
+    the cause in their rows; kept so :func:`replan` reads nothing again."""
 
     def devmode_notes(self) -> list[str]:
         """One line per replaced or overridden value of an owner whose dev-mode step is planned
@@ -200,30 +224,37 @@ def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
     # a pod that is not running is sent nothing: build_plans plans it from its status alone
     probed: tuple[Probed, ...] = tuple(got.get(id(p), NOT_RUN) for p in scope.pods)
     changes: dict[tuple[str, Owner], tuple[str, ...]] = {}
+    lookups: Lookups = {}  # ConfigMaps and Secrets read once for both uses below
     for p in scope.pods:
         key = (p.namespace, p.owner)
         if p.dev_mode.source in ("valueFrom", "envFrom") and key not in changes:
-            changes[key] = tuple(dev_mode_changes(scope.kube, p.namespace, p.owner, enable=True))
-    return Plan(scope, options, build_plans(list(scope.pods), probed, options.fallback, options.preempt_running),
-                probed, fallback_chosen, devmode_changes={k: v for k, v in changes.items() if v})
+            lookup = lookups.setdefault(p.namespace, source_lookup(scope.kube, p.namespace))
+            changes[key] = tuple(dev_mode_changes(scope.kube, p.namespace, p.owner, enable=True, lookup=lookup))
+    dev_modes = crash_dev_modes(scope, lookups)
+    return Plan(scope, options, build_plans(list(scope.pods), probed, options.fallback, options.preempt_running,
+                                            dev_modes),
+                probed, fallback_chosen, devmode_changes={k: v for k, v in changes.items() if v}, dev_modes=dev_modes)
 
 
 def replan(old: Plan, fallback: str) -> Plan:
     """The same plan with another ``fallback`` (the user chose one at the prompt); sends nothing."""
     options = replace(old.options, fallback=fallback)
     return Plan(old.scope, options, build_plans(list(old.scope.pods), old.probed, fallback,
-                                                options.preempt_running), old.probed, fallback,
-                devmode_changes=dict(old.devmode_changes))
+                                                options.preempt_running, old.dev_modes), old.probed, fallback,
+                devmode_changes=dict(old.devmode_changes), dev_modes=dict(old.dev_modes))
 
 
-def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, preempt: bool) -> list[PodPlan]:
+def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, preempt: bool,
+                dev_modes: dict[ContainerKey, ResolvedDevMode] | None = None) -> list[PodPlan]:
     """One :class:`PodPlan` per pod, from the pod as its template's probe describes it
-    (:func:`pod_plan`). A disruptive step acts on the owner, so when one pod of an
+    (:func:`pod_plan`); a pod that is not running is planned from its status, its crash cause
+    read with its resolved dev-mode value (``dev_modes``, :func:`crash_dev_modes`). A
+    disruptive step acts on the owner, so when one pod of an
     owner needs it, every targeted pod of that owner gets it (their API reset is dropped: the
     new pods start cold)."""
     plans: list[PodPlan] = []
     for pod, got in zip(pods, probed, strict=True):
-        down = pod_not_running(pod)
+        down = pod_not_running(pod, (dev_modes or {}).get((pod.namespace, pod.name, pod.container)))
         if down is not None:
             effects = api_reset_effects(pod.layout, None, reset_external=True)
             left = tuple(LeftTier(e.tier, down.describe(), None) for e in effects)
@@ -279,8 +310,9 @@ def pod_plan(pod: VllmPod, got: Probed, fallback: str, preempt: bool) -> PodPlan
     failure = probe.failure if probe is not None and probe.version is None else None
     if probe is not None and probe.failure is not None and probe.failure.kind == "unknown-build":
         failure = probe.failure
+    labels = probe.engines if probe is not None and probe.engines else ()
     return PodPlan(pod, version_text, failure, effects, query, routes, steps, unconfirmed=unconfirmed,
-                   notes=tuple(notes))
+                   notes=tuple(notes), engines=labels if len(labels) == pod.serve.engines_per_port else ())
 
 
 def promote(plans: list[PodPlan], owner_step: dict[tuple[str, Owner], str]) -> None:

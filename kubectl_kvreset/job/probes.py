@@ -1,11 +1,13 @@
 """What the running servers say, read once per owner and pod template: ``GET /version`` and,
 where dev mode may be on, ``GET /server_info?config_format=json`` (both at the same time), then
-``GET /openapi.json`` for an unknown build. Pods of one template run the same image and command,
+``GET /openapi.json`` for an unknown build and ``GET /metrics`` where the version answers the reset
+for engine 0 only (its ``engine`` labels count the data-parallel engines behind the port,
+:func:`~kubectl_kvreset.vllm_api.engine_labels`). Pods of one template run the same image and command,
 so one pod answers for all; a pod whose own answers later contradict its template's is probed
 again on its own (:func:`contradicts`).
 
-API requests: at most three per template (one pod list is shared by every template), so a
-Deployment of 64 replicas costs two or three probe calls in all, not 64 or 128.
+API requests: at most four per template (one pod list is shared by every template), so a
+Deployment of 64 replicas costs two to four probe calls in all, not 64 or 128.
 """
 
 from __future__ import annotations
@@ -15,10 +17,18 @@ from dataclasses import dataclass, replace
 
 from ..kube import HttpAnswer
 from ..liveconfig import CONFIG_FORMAT_SINCE, LiveConfig, RouteSet, read_openapi, read_server_info, reconcile, release_version
-from ..podapi import VERSION_TIMEOUT_S, CallFailure, PodCaller, PodRef, probe_version
+from ..podapi import VERSION_TIMEOUT_S, CallFailure, PodCaller, PodRef, fetch_metrics, probe_version
 from ..pods import VllmPod
 from ..pool import Cancel, NotRun, parallel
-from ..vllm_api import JSON_RESET_BODY_SINCE, ResetOutcome
+from ..vllm_api import (
+    JSON_RESET_BODY_SINCE,
+    MetricsParseError,
+    ResetOutcome,
+    engine_count,
+    engine_labels,
+    parse_version,
+    reset_answers_for_every_engine,
+)
 
 #: Pod labels that name a pod template: a Deployment's ReplicaSet, a StatefulSet's or
 #: DaemonSet's ControllerRevision, a LeaderWorkerSet's template revision.
@@ -44,6 +54,9 @@ class Probe:
         live: the live configuration (None: not read: dev mode off in the spec, or it failed).
         live_failure: why ``/server_info`` could not be read, for a note (None: read or not tried).
         routes: for an unknown build, the reset routes and parameters ``/openapi.json`` lists.
+        engines: the ``engine`` label values ``GET /metrics`` shows on the first port (None: not
+            read: the version answers for every engine, dev mode is off, or the read failed).
+        engines_failure: why ``/metrics`` could not give them (None: read or not tried).
     """
 
     version: str | None
@@ -51,6 +64,8 @@ class Probe:
     live: LiveConfig | None = None
     live_failure: str | None = None
     routes: RouteSet | None = None
+    engines: tuple[str, ...] | None = None
+    engines_failure: str | None = None
 
 
 def _server_info(caller: PodCaller, pod: VllmPod) -> LiveConfig | str:
@@ -75,12 +90,33 @@ def _openapi(caller: PodCaller, pod: VllmPod) -> RouteSet | None:
     return None
 
 
+def needs_engine_labels(version: str | None) -> bool:
+    """True when a reset answer of this version may speak for engine 0 only, so the engine
+    count behind the port decides whether it confirms the reset
+    (:func:`~kubectl_kvreset.vllm_api.reset_answers_for_every_engine`)."""
+    return not reset_answers_for_every_engine(parse_version(version))
+
+
+def _engine_labels(caller: PodCaller, pod: VllmPod) -> tuple[str, ...] | str:
+    port = pod.ports[0]
+    got = fetch_metrics(caller, PodRef(pod.namespace, pod.name, pod.container), port.port, scheme=port.scheme,
+                        attempts=1)
+    if got.text is None:
+        return got.error or "no answer"
+    try:
+        return engine_labels(got.text)
+    except MetricsParseError as exc:
+        return str(exc)
+
+
 def probe_pods(caller: PodCaller, pods: Sequence[VllmPod], max_concurrency: int, cancel: Cancel | None,
                dev_mode_on: Callable[[VllmPod], bool | None]) -> list[Probe | NotRun]:
     """Probe one pod per template (:func:`template_key`) and give each pod its template's
     :class:`Probe` (same order as ``pods``). ``/version`` and ``/server_info`` go out at the
     same time (``/server_info`` only where ``dev_mode_on`` is not False); ``/openapi.json``
     follows for a template whose build is unknown (:func:`~kubectl_kvreset.liveconfig.release_version`).
+    ``/metrics`` (one call, no retry) follows for a template whose version answers the reset for
+    engine 0 only (:func:`needs_engine_labels`) and whose dev mode may be on.
     A pod without ports gets ``Probe(None, CallFailure("no-port", ...))``. Never raises for a
     pod's failure."""
     firsts: dict[tuple[str, ...], VllmPod] = {}
@@ -117,8 +153,18 @@ def probe_templates(caller: PodCaller, firsts: dict[tuple[str, ...], VllmPod], m
             lives[key] = got  # type: ignore[assignment]
     unknown = [k for k, v in versions.items() if not isinstance(v, NotRun)
                and release_version(v if isinstance(v, str) else None) is None]
-    opened = dict(zip(unknown, parallel(unknown, lambda k: _openapi(caller, firsts[k]), max_concurrency, cancel),
-                      strict=True))
+    counting = [k for k, v in versions.items() if isinstance(v, str) and needs_engine_labels(v)
+                and dev_mode_on(firsts[k]) is not False]
+    second: list[tuple[tuple[str, ...], str]] = [(k, "openapi") for k in unknown] + [(k, "metrics") for k in counting]
+
+    def then(unit: tuple[tuple[str, ...], str]) -> RouteSet | None | tuple[str, ...] | str:
+        pod = firsts[unit[0]]
+        return _openapi(caller, pod) if unit[1] == "openapi" else _engine_labels(caller, pod)
+
+    opened: dict[tuple[str, ...], object] = {}
+    labelled: dict[tuple[str, ...], object] = {}
+    for (key, what), answer in zip(second, parallel(second, then, max_concurrency, cancel), strict=True):
+        (opened if what == "openapi" else labelled)[key] = answer
     out: dict[tuple[str, ...], Probe | NotRun] = {}
     for key, v in versions.items():
         if isinstance(v, NotRun):
@@ -128,6 +174,7 @@ def probe_templates(caller: PodCaller, firsts: dict[tuple[str, ...], VllmPod], m
         text = v if isinstance(v, str) else None
         release = release_version(text)
         routes = opened.get(key)
+        labels = labelled.get(key)
         out[key] = Probe(
             version=text,
             failure=v if isinstance(v, CallFailure) else (
@@ -137,15 +184,19 @@ def probe_templates(caller: PodCaller, firsts: dict[tuple[str, ...], VllmPod], m
                           "an older vLLM's /server_info has no JSON form (config_format from 0.11.0)"
                           if isinstance(live, LiveConfig) and not live.readable and release is not None
                           and release < CONFIG_FORMAT_SINCE else None),
-            routes=None if isinstance(routes, NotRun) else routes,
+            routes=routes if isinstance(routes, RouteSet) else None,
+            engines=labels if isinstance(labels, tuple) else None,
+            engines_failure=labels if isinstance(labels, str) else None,
         )
     return out
 
 
 def apply_probe(pod: VllmPod, probe: Probe | NotRun) -> VllmPod:
-    """The pod as the running server describes it: its version, and the live connectors and
+    """The pod as the running server describes it: its version, the live connectors and
     tiers where ``/server_info`` was read (the live answer wins; a disagreement becomes a note,
-    :func:`~kubectl_kvreset.liveconfig.reconcile`)."""
+    :func:`~kubectl_kvreset.liveconfig.reconcile`), and the data-parallel engine count where
+    ``/metrics`` was read (its ``engine`` labels win over the serve flags; a disagreement is
+    noted, :func:`~kubectl_kvreset.vllm_api.engine_count`)."""
     if isinstance(probe, NotRun):
         return pod
     notes = list(pod.notes)
@@ -157,7 +208,14 @@ def apply_probe(pod: VllmPod, probe: Probe | NotRun) -> VllmPod:
             notes.append(note)
         if probe.live.readable:
             notes = [n for n in notes if "not read: a kv-transfer-config set there is unknown" not in n]
-    return replace(pod, layout=layout, version=probe.version, notes=tuple(notes))
+    serve = pod.serve
+    if probe.engines is not None or probe.engines_failure is not None:
+        counted = engine_count(serve.engines_per_port, probe.engines, unread=probe.engines_failure,
+                               port=pod.ports[0].port if pod.ports else None)
+        if counted.note is not None and (counted.source == "metrics" or serve.engines_per_port > 1):
+            notes.append(counted.note)
+        serve = replace(serve, engines_per_port=counted.count)
+    return replace(pod, layout=layout, version=probe.version, notes=tuple(notes), serve=serve)
 
 
 def contradicts(version: str | None, first: ResetOutcome | None) -> bool:

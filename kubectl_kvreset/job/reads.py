@@ -12,7 +12,7 @@ from ..pool import Cancel, NotRun, parallel
 from ..report import Column, ExitCode, Report
 from ..rollout import pod_dev_modes
 from ..vllm_api import EngineMetrics, MetricsParseError, parse_metrics
-from .planning import dev_mode_on, pod_not_running
+from .planning import crash_dev_modes, dev_mode_on, pod_not_running
 from .probes import apply_probe, probe_pods
 from .scope import Scope
 
@@ -39,7 +39,7 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
                        probe_pods(ctx.caller, running, max_concurrency, cancel, dev_mode_on), strict=True))
     dev_modes = pod_dev_modes(ctx.kube, [pod.raw for pod in ctx.pods])
     for spec_pod, dev in zip(ctx.pods, dev_modes, strict=True):
-        down = pod_not_running(spec_pod)
+        down = pod_not_running(spec_pod, dev)  # the value resolved just above explains a crash loop
         got = answers.get(id(spec_pod))
         pod = apply_probe(spec_pod, got) if got is not None else spec_pod
         notes = list(pod.notes)
@@ -100,7 +100,9 @@ def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = Non
     """The ``EngineMetrics`` report: one row per pod, port and engine of ``GET /metrics``
     (parsed by :func:`kubectl_kvreset.vllm_api.parse_metrics`); a port that could not be read
     or parsed gets one row with the error and exit code 1, as does a pod whose port is set in a
-    ``--config`` file that could not be read."""
+    ``--config`` file that could not be read. A crash-looping pod whose ``VLLM_SERVER_DEV_MODE``
+    comes from a ConfigMap or Secret costs one GET per such object
+    (:func:`~kubectl_kvreset.job.planning.crash_dev_modes`), so its row names the value."""
     cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORT", "port"),
             Column("ENGINE", "engine"), Column("USAGE", "usage"), Column("CPU", "cpu_offload_usage"),
             Column("PREFIX HITS", "prefix_hits"), Column("PREFIX QUERIES", "prefix_queries"),
@@ -118,10 +120,11 @@ def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = Non
                         "error": f"unavailable: --config {pod.serve.config_file}: {pod.serve.config_error}"},
                        ExitCode.FAILED)
     units = [(pod, port) for pod in ctx.pods for port in pod.ports]
+    dev_modes = crash_dev_modes(ctx)  # a crash loop's dev-mode value from a ConfigMap/Secret, if any
 
     def scrape(unit: tuple[VllmPod, ApiPort]) -> ReadAnswer:
         pod, port = unit
-        down = pod_not_running(pod)
+        down = pod_not_running(pod, dev_modes.get((pod.namespace, pod.name, pod.container)))
         if down is not None:
             return ReadAnswer(None, down.describe())
         return fetch_metrics(ctx.caller, ctx.ref(pod), port.port, scheme=port.scheme)

@@ -13,6 +13,7 @@ from ..report import Column, ExitCode, Report
 from ..stores.calls import StoreCall, plan_calls
 from ..stores.clear import StoreResult, run_call
 from ..stores.find import find_stores
+from ..stores.mpserver import FORCE_FLAG, with_force
 from .scope import Scope
 from .storedisk import DiskCall, disk_row, plan_disks, run_disk
 
@@ -119,11 +120,13 @@ def add_unknown(report: Report, plan: StorePlan) -> None:
                     "message": f"the stores this pod uses could not be read: {why}"}, ExitCode.FAILED)
 
 
-def plan_store(scope: Scope, *, shared: bool = False, extra_universe: Sequence[Any] = ()) -> StorePlan:
+def plan_store(scope: Scope, *, shared: bool = False, extra_universe: Sequence[Any] = (),
+               force_mp: bool = False) -> StorePlan:
     """Find the stores the targeted pods use and plan one call per store and scope.
 
     Every vLLM pod the plugin can list (all namespaces when permitted) counts as a possible
-    other user, not only those of the command's namespace.
+    other user, not only those of the command's namespace. ``force_mp`` (``--force-mp-clear``)
+    makes the MP server clears send ``force: true``.
 
     Raises:
         kubectl_kvreset.kube.KubeConnectionError: the API server did not answer a list.
@@ -163,7 +166,10 @@ def plan_store(scope: Scope, *, shared: bool = False, extra_universe: Sequence[A
     universe += list(extra_universe)
     stores, find_notes = find_stores(scope.kube, universe, {p.uid for p in scope.pods})
     notes.extend(f"note: {n}" for n in find_notes)
-    calls = plan_calls(stores, shared=shared)
+    calls = with_force(plan_calls(stores, shared=shared), force_mp)
+    if force_mp and any(c.force and c.blocked is None for c in calls):
+        notes.append(f"note: {FORCE_FLAG}: the MP server clears remove locked objects too; stores and "
+                     "prefetches in flight on those servers may be corrupted")
     return StorePlan(scope, tuple(calls), (*notes, *disk_notes), tuple(unknown), disks)
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from ..pods import VllmPod
 from .config import StoreKind
 from .find import FoundStore
+from .mpserver import clear_method
 from .resolve import remedy
 
 __all__ = ["METHODS", "PER_MODEL_KINDS", "SHARED_FLAG", "StoreCall", "plan_calls"]
@@ -42,6 +43,8 @@ class StoreCall:
             None when it runs.
         others: untargeted pods (``ns/name``) the call would reach.
         instance: for ``scope == "instance"``: the LMCache instance id cleared at the controller.
+        force: the store's forced variant (the MP server's ``force: true``,
+            ``--force-mp-clear``).
     """
 
     store: FoundStore
@@ -51,6 +54,7 @@ class StoreCall:
     blocked: str | None = None
     others: tuple[str, ...] = ()
     instance: str | None = None
+    force: bool = False
 
 
 def _names(pods: Sequence[VllmPod]) -> tuple[str, ...]:
@@ -86,6 +90,7 @@ METHODS: dict[StoreKind, Callable[[FoundStore, str | None], str]] = {
     StoreKind.MOONCAKE: lambda store, model: "POST /api/v1/remove_all?force=true",
     StoreKind.LMCACHE_CONTROLLER: lambda store, model: _controller_method(store),
     StoreKind.LMCACHE_WORKER: lambda store, model: _worker_method(store),
+    StoreKind.LMCACHE_MP: lambda store, model: clear_method(force=False),
     StoreKind.INFINISTORE: lambda store, model: "POST /purge",
 }
 

@@ -3,7 +3,8 @@
 Redis/Valkey over ``pods/portforward`` to a ready endpoint pod of the Service (as
 ``kubectl port-forward svc/...`` picks one), the Mooncake master's admin port, the LMCache
 controller's HTTP port (``--port``) and LMCache's worker API in the vLLM pod itself over the pod
-proxy. Each result carries the store's own counts before and after.
+proxy, the LMCache MP server's HTTP port over the pod proxy of every pod behind its address.
+Each result carries the store's own counts before and after.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from .infinistore import InfiniStoreError, clear_infinistore
 from .lmcache_controller import ControllerError
 from .lmcache_worker import WorkerError
 from .mooncake import MooncakeError, clear_master
+from .mpserver import MpClear, MpServerError, clear_l1, summary, zmq_only_remedy
 from .redisclear import RedisStoreError, clear_model_keys
 from .refusal import api_refusal
-from .resolve import Endpoint, admin_port
+from .resolve import Endpoint, admin_port, mp_has_http
 
 __all__ = ["CLEARERS", "STORE_ERRORS", "Clearer", "StoreResult", "pod_http", "pod_object", "run_call"]
 
@@ -57,14 +59,12 @@ Clearer = Callable[[Kube, StoreCall, Endpoint, bool, float], StoreResult]
 
 
 def pod_http(kube: Kube, ep: Endpoint, port: int, timeout_s: float) -> Callable[..., tuple[int, bytes]]:
-    """An ``http(method, path, query=(), body=None) -> (status, body)`` to ``port`` of the
-    endpoint's pod over the API server's pod proxy (``pods/proxy``; a body is sent as
-    ``application/json``). An answer the API server itself gave (403, 404 of the pod, 503) raises
-    :class:`KubeApiError` with its Status message, so a store's own 404 is never mistaken for a
-    missing pod."""
+    """An ``http(method, path, query, body=None) -> (status, body)`` to ``port`` of the endpoint's
+    pod over the API server's pod proxy (``pods/proxy``); a ``body`` goes as ``application/json``.
+    An answer the API server itself gave (403, 404 of the pod, 503) raises :class:`KubeApiError`
+    with its Status message, so a store's own 404 is never mistaken for a missing pod."""
 
-    def http(method: str, path: str, query: Sequence[tuple[str, str]] = (),
-             body: bytes | None = None) -> tuple[int, bytes]:
+    def http(method: str, path: str, query: Sequence[tuple[str, str]] = (), body: bytes | None = None) -> tuple[int, bytes]:
         ans = kube.pod_proxy(ep.namespace, ep.name, port, method, path, list(query), body=body,
                              content_type="application/json" if body is not None else None, timeout_s=timeout_s)
         if ans.from_apiserver:
@@ -175,6 +175,31 @@ def _display(url: str) -> str:
         return "an unparsable address"
 
 
+def _clear_mp(kube: Kube, call: StoreCall, ep: Endpoint, dry_run: bool, timeout_s: float) -> StoreResult:
+    """Every ready MP server pod behind the address (one L1 each), over its HTTP port."""
+    parts: list[tuple[str, MpClear | str | Exception]] = []
+    vias: list[str] = []
+    for e in call.store.resolution.endpoints:
+        name = f"{e.namespace}/{e.name}"
+        if not e.ready:
+            parts.append((name, f"pod {name} is not ready: its L1 was not cleared"))
+            continue
+        pod = pod_object(kube, e)
+        if not mp_has_http(pod):
+            parts.append((name, zmq_only_remedy(name)))
+            continue
+        port = admin_port(StoreKind.LMCACHE_MP, pod) or 8080
+        vias.append(f"{name}:{port}")
+        try:
+            parts.append((name, clear_l1(pod_http(kube, e, port, timeout_s), force=call.force, dry_run=dry_run)))
+        except MpServerError as exc:
+            parts.append((name, exc))
+        except KubeApiError as exc:
+            parts.append((name, MpServerError(api_refusal(call, exc))))
+    result, before, after, message = summary(parts, force=call.force, dry_run=dry_run)
+    return StoreResult(result, before, after, unit="objects", via=", ".join(vias) or None, message=message)
+
+
 def _clear_infinistore(kube: Kube, call: StoreCall, ep: Endpoint, dry_run: bool, timeout_s: float) -> StoreResult:
     port = admin_port(StoreKind.INFINISTORE, pod_object(kube, ep)) or 18080
     via = f"{ep.namespace}/{ep.name}:{port}"
@@ -198,12 +223,13 @@ CLEARERS: dict[StoreKind, Clearer] = {
     StoreKind.MOONCAKE: _clear_mooncake,
     StoreKind.LMCACHE_CONTROLLER: _clear_lmcache_controller,
     StoreKind.LMCACHE_WORKER: _clear_lmcache_worker,
+    StoreKind.LMCACHE_MP: _clear_mp,
     StoreKind.INFINISTORE: _clear_infinistore,
 }
 
 #: Errors a clearer may raise for a store's answer; each becomes a ``failed`` result.
 STORE_ERRORS: tuple[type[Exception], ...] = (RedisStoreError, MooncakeError, ControllerError, WorkerError,
-                                             InfiniStoreError)
+                                             MpServerError, InfiniStoreError)
 
 
 def run_call(kube: Kube, call: StoreCall, *, dry_run: bool = False, timeout_s: float = 30.0) -> StoreResult:

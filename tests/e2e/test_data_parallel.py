@@ -84,3 +84,69 @@ def test_external_load_balancing_is_one_engine_per_server(sim, tmp_path: Path) -
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
     assert code == 0, (err, rows)
     assert [r["result"] for r in rows] == ["emptied"]
+
+
+def hidden_dp_deployment(name: str, version: str) -> dict[str, Any]:
+    """Four engines whose count the spec does not show: ``--data-parallel-size $(DP_SIZE)`` with
+    ``DP_SIZE`` from a ConfigMap (``envFrom``), which the kubelet expands and the pod spec does not."""
+    dep = dp_deployment(name, 4)
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    container["image"] = f"vllm/vllm-openai:v{version}"
+    container["command"][-1] = "$(DP_SIZE)"
+    container["envFrom"] = [{"configMapRef": {"name": "dp-env"}}]
+    return dep
+
+
+DP_ENV = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dp-env", "namespace": NS},
+          "data": {"DP_SIZE": "4"}}
+
+
+def metrics_calls(cluster: SimCluster) -> int:
+    (pod,) = cluster.live_pods()
+    return sum(st.get("metrics_calls", 0) for st in pod["ports"].values())
+
+
+def test_engines_the_flags_hide_are_counted_from_the_metrics_engine_labels(sim, tmp_path: Path) -> None:
+    cluster = start(sim, tmp_path, "0.26.0", [DP_ENV, hidden_dp_deployment("hidden", "0.26.0")],
+                    busy_engines={2: 1000})
+    assert len(engines(cluster)) == 4  # what the server runs: the ConfigMap's four engines
+    code, det, err = cluster.run_json("detect", "-n", NS)
+    assert code == 0, err
+    note = ("data-parallel engines behind port 8000: the serve flags give 1, the engine labels of GET /metrics "
+            "show 4 (engines 0-3); the /metrics count is used")
+    assert note in det[0]["notes"], det[0]["notes"]
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--busy-timeout", "1s")
+    assert code == 3, (err, rows)
+    (row,) = rows
+    assert row["result"] == "unconfirmed" and row["gpu"] == "unconfirmed", row
+    assert ("vLLM 0.26.0 answers the reset for engine 0 only: engines 1-3 of the 4 data-parallel engines behind "
+            "port 8000 (the engine labels of GET /metrics) are not confirmed") in row["message"], row["message"]
+    assert note in row["message"]
+    assert [u["tier"] for u in row["unconfirmed"]] == ["gpu"] and "engines 1-3" in row["unconfirmed"][0]["reason"]
+    blocks = [e["prefix_cache_blocks"] for e in engines(cluster)]
+    assert blocks[2] > 0 and blocks[0] == blocks[1] == blocks[3] == 0, blocks
+    assert metrics_calls(cluster) == 2  # one /metrics read per command (detect, clear), for the template
+
+
+def test_an_aggregating_version_needs_no_metrics_read(sim, tmp_path: Path) -> None:
+    # 0.32.0 ANDs every engine's answer: the count does not change the row, so /metrics is not read
+    cluster = start(sim, tmp_path, "0.32.0", [DP_ENV, hidden_dp_deployment("hidden", "0.32.0")],
+                    busy_engines={2: 1000})
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--busy-timeout", "1s")
+    assert code == 1, (err, rows)
+    assert rows[0]["result"] == "busy" and rows[0]["gpu"] == "not emptied", rows[0]
+    assert metrics_calls(cluster) == 0
+
+
+def test_hybrid_load_balancing_names_the_node_local_ranks(sim, tmp_path: Path) -> None:
+    # the second node of a hybrid deployment: ranks 2 and 3 behind this API server
+    dep = dp_deployment("hybrid", 4, "--data-parallel-size-local", "2", "--data-parallel-start-rank", "2",
+                        "--data-parallel-hybrid-lb")
+    cluster = start(sim, tmp_path, "0.26.0", [dep])
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
+    assert code == 3, (err, rows)
+    (row,) = rows
+    assert row["result"] == "unconfirmed", row
+    assert ("answers the reset for engine 2 only: engine 3 of the 2 data-parallel engines behind port 8000 "
+            "(the engine labels of GET /metrics) are not confirmed") in row["message"], row["message"]
+    assert "the serve flags give" not in row["message"]  # flags and labels agree

@@ -4,6 +4,7 @@ nothing is sent to such a pod, and the exit code is 1."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -254,3 +255,75 @@ def test_clear_fallback_devmode_states_the_value_from_it_replaces(sim: Any, tmp_
     env = cluster.api(f"/apis/apps/v1/namespaces/{NS}/deployments/vfc")["spec"]["template"]["spec"][
         "containers"][0]["env"]
     assert env == [{"name": VAR, "value": "1"}]
+
+
+def test_a_crash_loop_names_the_invalid_dev_mode_value_its_configmap_holds(sim: Any, tmp_path: Path) -> None:
+    """vLLM 0.32.0 ``vllm/envs.py`` reads ``VLLM_SERVER_DEV_MODE`` with ``int()``: "true" from a
+    ConfigMap key (``valueFrom``) or an ``envFrom`` ConfigMap makes it exit at start-up. The row
+    names the ConfigMap, the key and the value; the ConfigMap is read once per run."""
+    by_key = deployment("by-key", dev_mode=None, extra_env=[
+        {"name": VAR, "valueFrom": {"configMapKeyRef": {"name": "flags", "key": "dev"}}}])
+    by_env_from = deployment("by-env-from", dev_mode=None, env_from=[{"configMapRef": {"name": "vllm-env"}}])
+    fine = deployment("fine", dev_mode=None, extra_env=[
+        {"name": VAR, "valueFrom": {"configMapKeyRef": {"name": "flags", "key": "on"}}}])
+    cluster = sim([write(tmp_path, [configmap("flags", {"dev": "true", "on": "1"}),
+                                    configmap("vllm-env", {VAR: "yes"}), by_key, by_env_from, fine])],
+                  namespace=NS)
+    pods = {p["owner"]["name"]: p for p in cluster.live_pods()}
+    assert pods["by-key"]["crashed"] is True and pods["by-env-from"]["crashed"] is True
+    assert not pods["fine"].get("crashed")
+
+    before = dict(cluster.state()["api_requests"])
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
+    assert code == 1, err
+    after = cluster.state()["api_requests"]
+    by = {r["owner"]: r for r in rows}
+    key_row = by["deployment/by-key"]
+    assert key_row["result"] == "not running" and "CrashLoopBackOff" in key_row["message"], key_row
+    assert "last exit code 1 (Error)" in key_row["message"]
+    assert (f'{VAR}="true" from ConfigMap flags key dev is not an integer, so vLLM exits at start-up '
+            "(vllm/envs.py reads it with int()); fix it with: kubectl kvreset devmode --enable "
+            f"deployment/by-key -n {NS}") in key_row["message"], key_row["message"]
+    env_row = by["deployment/by-env-from"]
+    assert env_row["result"] == "not running", env_row
+    assert f'{VAR}="yes" from envFrom ConfigMap vllm-env key {VAR} is not an integer' in env_row["message"]
+    assert by["deployment/fine"]["result"] == "emptied"
+    for row in (key_row, env_row):
+        assert row["calls"] == 0 and row["gpu"] == "left"
+        assert not any(s in row["message"] for s in ("BadRequest", "unable to upgrade", "unreachable"))
+    # each ConfigMap was read once, though the plan's dev-mode notes read them too
+    reads = {k: after.get(k, 0) - before.get(k, 0) for k in after if "configmaps" in k}
+    assert reads == {"get configmaps": 2}, reads
+
+    # detect resolves the same values and names the same cause, with no extra request per pod
+    code, det, err = cluster.run_json("detect", "-n", NS)
+    assert code == 1, err
+    det_by = {r["owner"]: r for r in det}
+    assert any(f'{VAR}="true" from ConfigMap flags key dev is not an integer' in n
+               for n in det_by["deployment/by-key"]["notes"]), det_by["deployment/by-key"]
+    assert det_by["deployment/by-key"]["dev_mode"] == 'invalid ("true": vLLM will not start)'
+    code, met, err = cluster.run_json("metrics", "-n", NS)
+    assert code == 1, err
+    crashed = [r for r in met if r["pod"].startswith("by-key-")]
+    assert crashed and all(f'{VAR}="true" from ConfigMap flags key dev is not an integer' in r["error"]
+                           for r in crashed), crashed
+
+
+def test_a_crash_loop_whose_configmap_cannot_be_read_says_so(sim: Any, tmp_path: Path) -> None:
+    """A user without ``get configmaps``: the value is not guessed, the row says it is unread."""
+    from .test_rbac_role import ROLE_FILE
+
+    text = ROLE_FILE.read_text().replace("NAMESPACE", NS).replace("USER", "alice")
+    role, binding = [d for d in yaml.safe_load_all(text) if d]
+    role["rules"] = [r for r in role["rules"] if "configmaps" not in r["resources"]]
+    dep = deployment("hidden", dev_mode=None, extra_env=[
+        {"name": VAR, "valueFrom": {"configMapKeyRef": {"name": "flags", "key": "dev"}}}])
+    cluster = sim([write(tmp_path, [configmap("flags", {"dev": "true"}), dep])], namespace=NS,
+                  scenario={"users": [{"name": "alice"}], "rbac": [role, binding]})
+    done = cluster.run("clear", "-n", NS, "--all", "-o", "json", "--context", "sim-alice")
+    assert done.returncode == 1, done.stderr
+    (row,) = json.loads(done.stdout)
+    assert row["result"] == "not running" and "CrashLoopBackOff" in row["message"], row
+    assert (f"{VAR}: value from ConfigMap flags key dev unread: not permitted to read ConfigMap/flags"
+            in row["message"]), row["message"]
+    assert '"true"' not in row["message"]

@@ -57,8 +57,9 @@ def test_64_pods_cost_their_reset_routes_and_at_most_a_tenth_of_a_request_more(b
     req = _delta(cluster.state()["api_requests"], before)
     # one call per reset route the version has, on every pod
     assert req.pop("create pods/proxy") == pods * ROUTES_026
-    # the rest: one pod list and the template's probes (version and live configuration)
-    assert req == {"list pods": 1, "get pods/proxy": 2}, req
+    # the rest: one pod list and the template's probes (version, live configuration and, as
+    # 0.26.0 answers the reset for engine 0 only, /metrics for the data-parallel engine count)
+    assert req == {"list pods": 1, "get pods/proxy": 3}, req
     assert sum(req.values()) / pods <= 0.1
     assert all(p["ports"]["8000"]["reset_calls"] == 1 for p in cluster.live_pods())
 
@@ -66,7 +67,8 @@ def test_64_pods_cost_their_reset_routes_and_at_most_a_tenth_of_a_request_more(b
     code, rows, err = cluster.run_json("detect", "--all", "-n", NS)
     assert code == 0, err
     assert {r["version"] for r in rows} == {"0.26.0"}
-    assert _delta(cluster.state()["api_requests"], before) == {"list pods": 1, "get pods/proxy": 2}
+    assert _delta(cluster.state()["api_requests"], before) == {"list pods": 1, "get pods/proxy": 3}
+    assert sum(p["ports"]["8000"]["metrics_calls"] for p in cluster.live_pods()) == 2  # one per command
 
 
 def test_a_pod_whose_answers_contradict_its_template_is_probed_on_its_own(bench) -> None:
@@ -117,7 +119,9 @@ def test_an_unknown_build_follows_its_openapi_and_its_connector_reset_is_unconfi
         assert r["result"] == "unconfirmed" and "/openapi.json decided" in r["message"], r
     req = _delta(cluster.state()["api_requests"], before)
     assert req["create pods/proxy"] == 2 * ROUTES_026  # every route its openapi lists, once
-    assert req["get pods/proxy"] == 3  # /version, /server_info, /openapi.json: once for the template
+    # /version, /server_info, /openapi.json and /metrics (an unknown build counts as answering
+    # for engine 0 only): once for the template
+    assert req["get pods/proxy"] == 4
     assert all(p["ports"]["8000"]["last_reset_query"] == "reset_external=true" for p in cluster.live_pods())
 
 

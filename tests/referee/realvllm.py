@@ -50,6 +50,8 @@ class RealVLLM:
         log: file receiving the server's stdout and stderr.
         dev_mode: the ``VLLM_SERVER_DEV_MODE`` value, or None to leave it unset.
         port: the port to bind on 127.0.0.1 (0 = pick a free one).
+        extra_args: more ``vllm serve`` flags (``--data-parallel-size 2``).
+        extra_env: more environment variables for the server.
     """
 
     exe: Path
@@ -59,6 +61,8 @@ class RealVLLM:
     port: int = 0
     host: str = "127.0.0.1"
     proc: subprocess.Popen[bytes] | None = None
+    extra_args: tuple[str, ...] = ()
+    extra_env: tuple[tuple[str, str], ...] = ()
 
     @property
     def base(self) -> str:
@@ -81,6 +85,7 @@ class RealVLLM:
         })
         if self.dev_mode is not None:
             env["VLLM_SERVER_DEV_MODE"] = self.dev_mode
+        env.update(dict(self.extra_env))
         return env
 
     def start(self) -> RealVLLM:
@@ -89,7 +94,7 @@ class RealVLLM:
             self.port = free_port(self.host)
         cmd = [str(self.exe), "serve", str(self.model_dir), "--served-model-name", "tiny",
                "--load-format", "dummy", "--host", self.host, "--port", str(self.port),
-               "--max-model-len", "512", "--enforce-eager"]
+               "--max-model-len", "512", "--enforce-eager", *self.extra_args]
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env(),

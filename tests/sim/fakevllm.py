@@ -274,6 +274,8 @@ class FakeVLLM:
             held; engine 0 follows ``busy``).
         engines: engines (DP ranks) behind this port; engine 0 is the one ``busy`` and the
             other counters describe.
+        first_engine: the DP rank of the first engine, its ``engine`` label on ``/metrics``
+            (the others follow: ``first_engine + i``).
         tls: the server speaks HTTPS (``--ssl-certfile``).
         env: the server's environment (for ``/server_info``'s ``vllm_env``).
         kv_transfer_config: the resolved ``--kv-transfer-config`` object, for
@@ -302,9 +304,16 @@ class FakeVLLM:
         env: dict[str, str] | None = None,
         kv_transfer_config: dict[str, Any] | None = None,
         engines: int = 1,
+        first_engine: int = 0,
+        api_servers: int = 1,
     ) -> None:
         self.port = port
         self.engines = max(1, int(engines))
+        #: the ``engine`` label of each engine on /metrics: its DP rank (``str(index)``)
+        self.engine_labels = tuple(str(max(0, int(first_engine)) + i) for i in range(self.engines))
+        #: several API server processes share one registry through prometheus_client's
+        #: multiprocess mode (vLLM sets PROMETHEUS_MULTIPROC_DIR for them)
+        self.multiprocess = int(api_servers) > 1
         self.version = version
         # a build whose /version says nothing usable (``dev``, a fork) may still have a
         # release's routes: ``behaves_as`` names that release
@@ -678,25 +687,48 @@ class FakeVLLM:
         if status is not None and int(status) != 200:
             return int(status), [("content-type", "text/plain; charset=utf-8")], b"Internal Server Error"
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_PerEngine(_MetricsCollector(self, tokens, live), self.engines))
+        registry.register(_PerEngine(_MetricsCollector(self, tokens, live), self.engine_labels,
+                                     multiprocess=self.multiprocess, served=live["prompt"] > 0))
         return 200, [("content-type", CONTENT_TYPE_LATEST)], generate_latest(registry)
 
 
 class _PerEngine:
-    """Repeats every sample labelled ``engine="0"`` for engines 1..N-1 (vLLM labels each DP
-    engine's series with its index; the fake's counters are engine 0's)."""
+    """Gives every sample the collector labels ``engine="0"`` once per engine of the server,
+    labelled with that engine's DP rank as vLLM does (0.32.0 ``vllm/v1/metrics/loggers.py``
+    ``PrometheusStatLogger``: ``per_engine_labelvalues = {idx: [model_name, str(idx)]}`` over
+    the client's ``engine_ranks_managed``); the fake's counters are the first engine's. Samples
+    without the label (``vllm:admission_rejections``) stay as they are.
 
-    def __init__(self, inner: _MetricsCollector, engines: int) -> None:
+    ``multiprocess``: several API server processes (``api_server_count`` > 1, the default under
+    internal DP load balancing): prometheus_client's multiprocess collector exposes no
+    ``_created`` samples, and a ``mostrecent`` gauge has no sample until a process set it, so
+    the scheduler gauges (:data:`SCHEDULER_GAUGES`) are absent until the server has ``served`` a
+    request. Seen on the real 0.32.0 CPU build with ``--data-parallel-size 2``."""
+
+    def __init__(self, inner: _MetricsCollector, labels: tuple[str, ...], *, multiprocess: bool = False,
+                 served: bool = False) -> None:
         self.inner = inner
-        self.engines = engines
+        self.labels = labels
+        self.multiprocess = multiprocess
+        self.served = served
 
     def collect(self) -> Iterable[Metric]:
         for fam in self.inner.collect():
-            if self.engines > 1:
-                extra = [s._replace(labels=dict(s.labels, engine=str(i)))
-                         for i in range(1, self.engines) for s in fam.samples if s.labels.get("engine") == "0"]
-                fam.samples.extend(extra)
+            if self.labels != ("0",):
+                own = [s for s in fam.samples if s.labels.get("engine") == "0"]
+                rest = [s for s in fam.samples if s.labels.get("engine") != "0"]
+                fam.samples[:] = rest + [s._replace(labels=dict(s.labels, engine=e)) for e in self.labels for s in own]
+            if self.multiprocess:
+                fam.samples[:] = [s for s in fam.samples if not s.name.endswith("_created")]
+                if fam.name in SCHEDULER_GAUGES and not self.served:
+                    fam.samples[:] = []
             yield fam
+
+
+#: The ``mostrecent`` gauges the scheduler's stats set (0.32.0 ``vllm/v1/metrics/loggers.py``):
+#: empty in multiprocess mode before the first request.
+SCHEDULER_GAUGES = frozenset({"vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting",
+                              "vllm:num_requests_waiting_by_reason"})
 
 
 class _MetricsCollector:

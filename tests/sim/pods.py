@@ -18,7 +18,8 @@ How a pod's servers are found (DESIGN.md §4):
 3. The recorded argv is read by tests/sim/serveargs.py (ports, DP multi-port, connectors, tiers)
    and one :class:`tests.sim.fakevllm.FakeVLLM` answers on each API port. Routing sidecars
    (recognised by image name) are emulated by tests/sim/sidecar.py, an InfiniStore server
-   (``infinistore ...``) by tests/sim/fakeinfinistore.py (its control plane only).
+   (``infinistore ...``) by tests/sim/fakeinfinistore.py (its control plane only), the HTTP
+   frontend of an LMCache MP server (``lmcache server``) by tests/sim/fakemp.py.
 4. Caches start warm: GPU prefix blocks, CPU offload blocks where a CPU tier exists, a few files in
    every FS tier root (vLLM's ``vllm/v1/kv_offload/file_mapper.py`` layout, research/vllm.md
    §3.1), and ``/dev/shm/vllm_offload_<engine_id>.mmap`` for a CPU tier on vLLM >= 0.20.
@@ -68,6 +69,7 @@ from typing import Any
 from packaging.version import Version
 
 from .fakeinfinistore import FakeInfiniStore, infinistore_manage_port
+from .fakemp import FakeMpServer, mp_http_port
 from .fakevllm import FakeVLLM, Response, dev_mode_state, parse_version
 from .images import DEFAULT_VERSION, image_entrypoint, image_vllm_version, is_sidecar_image
 from .sandbox import Bind, container_host_path, run_recorded, volume_binds
@@ -190,7 +192,7 @@ class PodRuntime:
     def __init__(self, ctx: PodContext) -> None:
         self.ctx = ctx
         self._lock = threading.Lock()
-        self._ports: dict[int, FakeVLLM | RoutingSidecar | FakeInfiniStore] = {}
+        self._ports: dict[int, FakeVLLM | RoutingSidecar | FakeInfiniStore | FakeMpServer] = {}
         self._crashed = False
         self._started = False
         self._stopped = False
@@ -225,7 +227,7 @@ class PodRuntime:
             c for c in spec.get("initContainers") or []
             if isinstance(c, dict) and c.get("restartPolicy") == "Always"
         ]
-        ports: dict[int, FakeVLLM | RoutingSidecar | FakeInfiniStore] = {}
+        ports: dict[int, FakeVLLM | RoutingSidecar | FakeInfiniStore | FakeMpServer] = {}
         sidecar_specs: list[tuple[str, Any]] = []
 
         for c in sidecars + containers:
@@ -247,6 +249,13 @@ class PodRuntime:
                     ports[manage] = FakeInfiniStore(
                         manage, keys=int(ctx.overrides.get("infinistore_keys") or 0),
                         kvmap_len_route=not ctx.overrides.get("infinistore_no_kvmap_len"))
+                    continue
+                argv = [expand_k8s_vars(str(a), env) for a in (c.get("command") or []) + (c.get("args") or [])]
+                mp_port = mp_http_port(argv)
+                if mp_port is not None:  # an LMCache MP server's HTTP frontend (tests/sim/fakemp.py)
+                    self._env[name] = env
+                    self._recorded[name] = argv
+                    ports[mp_port] = FakeMpServer.for_pod(mp_port, image, self._cache_overrides(name))
                     continue
                 if _mentions_vllm(c):
                     self._apply_dev_override(env)
@@ -302,7 +311,7 @@ class PodRuntime:
         for server in self._servers:
             dev = dev_mode_state(server.env.get(DEV_MODE_ENV))
             connectors = server.args.connectors(server.env, self._version)
-            for port in server.args.api_ports:
+            for index, port in enumerate(server.args.api_ports):
                 if port in ports:
                     self.notes.append(f"port {port} of {server.container} already taken")
                     continue
@@ -311,6 +320,9 @@ class PodRuntime:
                     served_model_name=server.args.served_model_name, connectors=connectors,
                     overrides=self._cache_overrides(server.container), tls=server.args.tls, env=server.env,
                     engines=server.args.engines,
+                    first_engine=(server.args.dp_ranks[index] if index < len(server.args.dp_ranks)
+                                  else server.args.first_engine),
+                    api_servers=server.args.api_servers,
                     kv_transfer_config=self.ctx.overrides.get("live_kv_transfer_config")
                     or server.args.live_kv_transfer_config(server.env, self._version),
                 )

@@ -254,7 +254,17 @@ class ServeArgs:
     be parsed; ``kv_offloading_size`` in GiB; ``tls``: ``--ssl-certfile`` given (HTTPS);
     ``engines``: the engines (DP ranks) behind each API port: ``--data-parallel-size`` under
     vLLM's internal load balancing (one API server over every rank), the local ranks under
-    ``--data-parallel-hybrid-lb``, 1 under external load balancing (a server per rank).
+    ``--data-parallel-hybrid-lb``, 1 under external load balancing (a server per rank);
+    ``first_engine``: the DP rank of the first of them, which its ``/metrics`` ``engine`` label
+    shows (``vllm/v1/engine/core_client.py``: ``engine_ranks_managed`` starts at the client's
+    ``data_parallel_rank``: ``--data-parallel-start-rank`` under hybrid load balancing,
+    ``--data-parallel-rank`` under external; 0 under internal load balancing). Under
+    multi-port external load balancing each port's rank is in ``dp_ranks``. ``api_servers``:
+    the API server processes behind the port: ``--api-server-count`` (``-asc``), else, for
+    ``vllm serve``, the engines behind the port (0.32.0 ``vllm/entrypoints/cli/serve.py``:
+    internal load balancing defaults it to ``--data-parallel-size``, hybrid to
+    ``--data-parallel-size-local``, external and multi-port to 1); more than one puts
+    prometheus_client in multiprocess mode.
     """
 
     argv: tuple[str, ...]
@@ -270,6 +280,8 @@ class ServeArgs:
     tls: bool = False
     extra: dict[str, str] = field(default_factory=dict)
     engines: int = 1
+    first_engine: int = 0
+    api_servers: int = 1
     config_file: str | None = None
     config_error: str | None = None
 
@@ -467,9 +479,20 @@ def parse_vllm_argv(argv: list[str], read_file: Any = None) -> ServeArgs | None:
                                                        "--data-parallel-external-lb"))
     hybrid = "--data-parallel-hybrid-lb" in flags or "--data-parallel-hybrid-lb" in values
     engines = 1 if external else dp_local if hybrid else dp_all
+    first = 0
+    if hybrid:
+        first = _int(values.get("--data-parallel-start-rank") or values.get("-dpr"), 0)
+    elif external:
+        first = _int(values.get("--data-parallel-rank") or values.get("-dpn"), 0)
+
+    api_servers = _int(values.get("--api-server-count") or values.get("-asc"), 0)
+    if api_servers <= 0:
+        api_servers = engines if positional_ok else 1
 
     return ServeArgs(
         engines=engines,
+        first_engine=max(first, 0),
+        api_servers=api_servers,
         argv=tuple(argv),
         port=port,
         api_ports=ports,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -184,17 +185,44 @@ def test_metrics_families_per_version() -> None:
     assert fake(metrics_status=500).handle("GET", "/metrics", "", {}, b"")[0] == 500
 
 
-def test_reset_delay_and_thread_safety() -> None:
+def test_reset_delay_and_thread_safety(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The delay is served outside the server's lock, so concurrent resets overlap: every one
+    of 20 calls is inside its delay at the same moment (a barrier of 20 parties that each delay
+    waits on passes only then; were the delay under the lock, one call at a time could reach it
+    and the barrier would break). The counters stay exact under that concurrency."""
+    import tests.sim.fakevllm as fakevllm
+
+    calls = 20
+    inside = threading.Barrier(calls)
+    delays: list[float] = []
+
+    class _Clock:
+        def __getattr__(self, name: str) -> object:
+            return getattr(time, name)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            delays.append(seconds)
+            inside.wait(timeout=10)  # a bound for the failing case only: raises BrokenBarrierError
+
+    monkeypatch.setattr(fakevllm, "time", _Clock())
     f = fake("0.26.0", reset_delay_ms=50)
-    t0 = time.monotonic()
-    threads = [threading.Thread(target=reset, args=(f,)) for _ in range(20)]
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            reset(f)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(calls)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    elapsed = time.monotonic() - t0
-    assert f.snapshot()["reset_calls"] == 20
-    assert elapsed < 0.9  # serial calls would take at least 20 x 50 ms = 1 s: the delay sleeps outside the lock
+    assert errors == [] and not inside.broken
+    assert delays == [0.05] * calls
+    assert f.snapshot()["reset_calls"] == calls
 
 
 def test_metric_counters_never_go_down() -> None:
@@ -326,3 +354,64 @@ def test_data_parallel_metrics_label_every_engine(version: str) -> None:
     labels = {s.labels.get("engine") for fam in text_string_to_metric_families(body.decode())
               for s in fam.samples if fam.name == "vllm:prefix_cache_queries"}
     assert labels == {"0", "1", "2"}
+
+
+def test_data_parallel_metrics_label_each_engine_with_its_rank() -> None:
+    """Under DP every ``vllm:`` family that carries ``engine`` has one series per engine, the
+    label being the engine's DP rank (0.32.0 ``vllm/v1/metrics/loggers.py``); the families and
+    their label names stay those the real 0.32.0 server answered (tests/referee/data)."""
+    recorded = json.loads((Path(__file__).parents[1] / "referee" / "data" / "real-0.32.0-dev.json").read_text())
+    families = recorded["GET /metrics"]["families"]
+    with_engine = {n for n, fam in families.items() if "engine" in fam["labels"] and not n.endswith("_created")}
+    for first, count, want in ((0, 4, {"0", "1", "2", "3"}), (2, 2, {"2", "3"}), (5, 1, {"5"})):
+        f = FakeVLLM(port=8000, version="0.32.0", dev_mode=True, model="org/model", engines=count,
+                     first_engine=first)
+        body = f.handle("GET", "/metrics", "", {}, b"")[2].decode()
+        seen: dict[str, set[str]] = {}
+        for fam in text_string_to_metric_families(body):
+            for sample in fam.samples:
+                if "engine" in sample.labels:
+                    seen.setdefault(fam.name, set()).add(sample.labels["engine"])
+        assert with_engine <= {n for n in seen} | {n.removesuffix("_total") for n in seen}, with_engine - set(seen)
+        assert all(labels == want for labels in seen.values()), seen
+        rejections = [s for fam in text_string_to_metric_families(body) if fam.name == "vllm:admission_rejections"
+                      for s in fam.samples]
+        assert all("engine" not in s.labels for s in rejections)
+
+
+def _summary(body: str) -> dict[str, dict[str, object]]:
+    out: dict[str, dict[str, object]] = {}
+    for fam in text_string_to_metric_families(body):
+        if fam.name.startswith("vllm:"):
+            out[fam.name] = {"type": fam.type,
+                             "labels": sorted({k for s in fam.samples for k in s.labels if k != "le"}),
+                             "engines": sorted({s.labels["engine"] for s in fam.samples if "engine" in s.labels}),
+                             "samples": bool(fam.samples),
+                             "created": any(s.name.endswith("_created") for s in fam.samples)}
+    return out
+
+
+def test_data_parallel_metrics_match_the_real_two_engine_server() -> None:
+    """The real 0.32.0 CPU build with ``--data-parallel-size 2`` (recorded in
+    tests/referee/data/real-0.32.0-dp2-metrics.json): two API server processes share
+    prometheus_client's multiprocess registry, so there is no ``_created`` sample and the
+    scheduler gauges are empty until the first request; every other family has one series per
+    engine, ``engine`` "0" and "1"."""
+    recorded = json.loads((Path(__file__).parents[1] / "referee" / "data" / "real-0.32.0-dp2-metrics.json")
+                          .read_text())["families"]
+    f = FakeVLLM(port=8000, version="0.32.0", dev_mode=True, model="org/model", engines=2, api_servers=2)
+    got = _summary(f.handle("GET", "/metrics", "", {}, b"")[2].decode())
+    for name, want in recorded.items():
+        have = dict(got.get(name) or {})
+        if not want["samples"]:  # no sample: the parser cannot see its labels either
+            have["labels"] = want["labels"]
+        assert have == want, (name, have, want)
+    assert set(got) <= set(recorded), set(got) - set(recorded)
+    # after a request the scheduler gauges are set, per engine
+    f.handle("POST", "/v1/completions", "", {}, json.dumps({"prompt": "hi", "max_tokens": 2}).encode())
+    after = _summary(f.handle("GET", "/metrics", "", {}, b"")[2].decode())
+    assert after["vllm:kv_cache_usage_perc"]["engines"] == ["0", "1"]
+    # one API server (explicit --api-server-count 1, or one engine): not multiprocess
+    single = _summary(FakeVLLM(port=8000, version="0.32.0", dev_mode=True, model="org/model", engines=2)
+                      .handle("GET", "/metrics", "", {}, b"")[2].decode())
+    assert single["vllm:kv_cache_usage_perc"]["samples"] and "vllm:prefix_cache_hits_created" in single

@@ -210,3 +210,25 @@ def test_config_equals_form_and_a_missing_file() -> None:
     not_yaml = parse_vllm_argv(["vllm", "serve", "m", "--config", "/c/v.json"],
                                read_file=_reader({"/c/v.json": "port: 1"}))
     assert not_yaml is not None and "yaml" in (not_yaml.config_error or "")
+
+
+def test_data_parallel_ranks_and_api_servers() -> None:
+    """vLLM 0.32.0 ``vllm/entrypoints/cli/serve.py`` defaults ``--api-server-count`` to the
+    engines behind the port (internal LB: the DP size; hybrid: the local size; external: 1), and
+    the first engine's ``/metrics`` label is the client's first DP rank."""
+    from tests.sim.serveargs import parse_vllm_argv
+
+    def args(*flags: str) -> tuple[int, int, int]:
+        got = parse_vllm_argv(["vllm", "serve", "m", *flags])
+        assert got is not None
+        return got.engines, got.first_engine, got.api_servers
+
+    assert args() == (1, 0, 1)
+    assert args("--data-parallel-size", "4") == (4, 0, 4)
+    assert args("--data-parallel-size", "4", "--api-server-count", "1") == (4, 0, 1)
+    assert args("--data-parallel-size", "4", "--data-parallel-size-local", "2", "--data-parallel-start-rank", "2",
+                "--data-parallel-hybrid-lb") == (2, 2, 2)
+    assert args("--data-parallel-size", "4", "--data-parallel-rank", "3", "--data-parallel-external-lb") == (1, 3, 1)
+    module = parse_vllm_argv(["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m",
+                              "--data-parallel-size", "2"])
+    assert module is not None and (module.engines, module.api_servers) == (2, 1)

@@ -51,6 +51,75 @@ def test_crash_loop_on_an_invalid_dev_mode_names_the_value_and_the_fix() -> None
     assert plain is not None and "VLLM_SERVER_DEV_MODE" not in plain.cause
 
 
+CRASHING = {"phase": "Running", "containerStatuses": [{
+    "name": "vllm", "restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+    "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}
+
+
+def _resolved(p: dict[str, Any], data: dict[tuple[str, str], dict[str, str] | None] | None = None,
+              denied: frozenset[str] = frozenset()) -> Any:
+    """The pod's dev-mode value as devmode resolves it, ConfigMaps and Secrets from ``data``."""
+    def lookup(kind: str, name: str) -> dict[str, str] | None:
+        if name in denied:
+            raise PermissionError(f"{kind}/{name}")
+        return (data or {}).get((kind, name))
+
+    tmpl = {"kind": "Deployment", "spec": {"template": {"metadata": p["metadata"], "spec": p["spec"]}}}
+    return read_template_dev_mode(owner_templates(tmpl)[0], lookup)
+
+
+@pytest.mark.parametrize(("env", "env_from", "data", "said"), [
+    ([{"name": "VLLM_SERVER_DEV_MODE", "valueFrom": {"configMapKeyRef": {"name": "flags", "key": "dev"}}}], None,
+     {("ConfigMap", "flags"): {"dev": "true"}},
+     'VLLM_SERVER_DEV_MODE="true" from ConfigMap flags key dev is not an integer'),
+    ([{"name": "VLLM_SERVER_DEV_MODE", "valueFrom": {"secretKeyRef": {"name": "s", "key": "mode"}}}], None,
+     {("Secret", "s"): {"mode": ""}}, 'VLLM_SERVER_DEV_MODE="" from Secret s key mode is not an integer'),
+    ([], [{"configMapRef": {"name": "vllm-env"}}], {("ConfigMap", "vllm-env"): {"VLLM_SERVER_DEV_MODE": "yes"}},
+     'VLLM_SERVER_DEV_MODE="yes" from envFrom ConfigMap vllm-env key VLLM_SERVER_DEV_MODE is not an integer'),
+    ([], [{"configMapRef": {"name": "e"}, "prefix": "VLLM_"}], {("ConfigMap", "e"): {"SERVER_DEV_MODE": "on"}},
+     'VLLM_SERVER_DEV_MODE="on" from envFrom ConfigMap e key SERVER_DEV_MODE is not an integer'),
+])
+def test_crash_loop_names_a_referenced_invalid_value(env: list[dict[str, Any]], env_from: Any,
+                                                     data: dict[tuple[str, str], dict[str, str]], said: str) -> None:
+    p = pod(CRASHING, env=env, **({"envFrom": env_from} if env_from else {}))
+    dm = read_dev_mode(p["spec"]["containers"][0])
+    assert dm.source in ("valueFrom", "envFrom")
+    got = not_running(p, "vllm", dev_mode=dm, owner_ref="deployment/d", resolved=_resolved(p, data))
+    assert got is not None and got.state == "CrashLoopBackOff"
+    assert said in got.cause and "(vllm/envs.py reads it with int())" in got.cause, got.cause
+    assert "kubectl kvreset devmode --enable deployment/d -n ns" in got.cause
+
+
+@pytest.mark.parametrize("value", ["1", "0", " 2", "+1"])
+def test_a_referenced_value_vllm_accepts_is_not_blamed(value: str) -> None:
+    # vllm/envs.py: bool(int(os.getenv("VLLM_SERVER_DEV_MODE", "0"))): int() parses these
+    p = pod(CRASHING, env=[{"name": "VLLM_SERVER_DEV_MODE", "valueFrom": {"configMapKeyRef": {"name": "f", "key": "k"}}}])
+    got = not_running(p, "vllm", dev_mode=read_dev_mode(p["spec"]["containers"][0]),
+                      resolved=_resolved(p, {("ConfigMap", "f"): {"k": value}}))
+    assert got is not None and "VLLM_SERVER_DEV_MODE" not in got.cause
+
+
+def test_an_unreadable_source_is_said_never_guessed() -> None:
+    env = [{"name": "VLLM_SERVER_DEV_MODE", "valueFrom": {"configMapKeyRef": {"name": "flags", "key": "dev"}}}]
+    p = pod(CRASHING, env=env)
+    dm = read_dev_mode(p["spec"]["containers"][0])
+    got = not_running(p, "vllm", dev_mode=dm, resolved=_resolved(p, denied=frozenset({"flags"})))
+    assert got is not None
+    assert "VLLM_SERVER_DEV_MODE: value from ConfigMap flags key dev unread: not permitted to read ConfigMap/flags" \
+        in got.cause
+    from_env = pod(CRASHING, envFrom=[{"configMapRef": {"name": "vllm-env"}}])
+    got = not_running(from_env, "vllm", dev_mode=read_dev_mode(from_env["spec"]["containers"][0]),
+                      resolved=_resolved(from_env, denied=frozenset({"vllm-env"})))
+    assert got is not None
+    assert ("VLLM_SERVER_DEV_MODE: value from an envFrom source unread: not permitted to read ConfigMap/vllm-env"
+            in got.cause), got.cause
+    # a pod that is not crash-looping gets no dev-mode cause at all
+    pending = pod({"phase": "Pending", "containerStatuses": [
+        {"name": "vllm", "state": {"waiting": {"reason": "ContainerCreating"}}}]}, env=env)
+    down = not_running(pending, "vllm", resolved=_resolved(pending, {("ConfigMap", "flags"): {"dev": "true"}}))
+    assert down is not None and "VLLM_SERVER_DEV_MODE" not in down.cause
+
+
 @pytest.mark.parametrize("status", [
     {"phase": "Running", "containerStatuses": [{"name": "vllm", "ready": False, "state": {"running": {}}}]},
     {"phase": "Running", "containerStatuses": [{"name": "vllm", "ready": True, "state": {"running": {}}}]},
