@@ -1145,7 +1145,7 @@ class Kube:
         proxied request's query string; ``body`` with ``content_type`` (the API server passes
         the header on: a FastAPI server needs ``application/json`` to read a JSON body). URL form ``/api/v1/namespaces/NS/pods/[https:]POD:PORT/proxy/PATH``
         (kubernetes PR #14876). The answer is the pod's own unless ``from_apiserver``.
-        RBAC: ``create`` on ``pods/proxy`` for POST, ``get`` for GET.
+        RBAC: ``create`` on ``pods/proxy`` for POST, ``get`` for GET, ``delete`` for DELETE.
 
         Raises:
             KubeConnectionError: the API server itself could not be reached in time.

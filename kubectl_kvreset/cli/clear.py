@@ -92,9 +92,9 @@ def command(**params: Any) -> None:
     a restart empties or dev mode is off, the disruptive fallback the user allowed.
     """
     from ..job import ClearOptions, plan, plan_report, replan, run
-    from ..job.outcome import with_store_results
+    from ..job.outcome import with_lmcache_clears, with_store_results
     from ..job.resetconsent import reset_holds
-    from ..job.storeclear import ChainedReport, plan_store, run_store
+    from ..job.storeclear import ChainedReport, lmcache_cpu_cleared, lmcache_cpu_planned, plan_store, run_store
     from ..kube import parse_duration
     from ..report import ExitCode
     from .context import complete, exit_if_empty
@@ -120,6 +120,10 @@ def command(**params: Any) -> None:
     for note in stores.notes:
         if note.startswith("note:"):
             info(note)
+    covered = lmcache_cpu_planned(stores)
+    if covered and (interactive or params["dry_run"]):
+        info(f"note: the LMCache CPU tier of {', '.join(covered)} is emptied by the store step "
+             "(lmcache-controller / lmcache-worker rows), though the reset plan lists it as left")
     if params["dry_run"]:
         store_rows = run_store(stores, dry_run=True, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED)
         emit(ChainedReport([plan_report(the_plan), store_rows]), params["output"], empty_message="Nothing to do.")
@@ -139,6 +143,7 @@ def command(**params: Any) -> None:
         info(note)
     store_rows = run_store(stores, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED)
     outcome = with_store_results(outcome, the_plan, stores.calls, store_rows.rows)
+    outcome = with_lmcache_clears(the_plan, outcome, lmcache_cpu_cleared(store_rows))
     emit(ChainedReport([outcome.report, store_rows]), params["output"], empty_message="No vLLM server pods targeted.")
 
 

@@ -10,6 +10,7 @@ an exit status), ``replaced``
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -585,3 +586,67 @@ def _store_emptied(po: PortOutcome, plan: PodPlan, got: list[tuple[str, Mapping[
         unconfirmed = bool(po.unconfirmed) or any(st == "unconfirmed" for v in tiers.values() for st in v)
         result, code = ("unconfirmed", ExitCode.UNCONFIRMED) if unconfirmed else ("emptied", ExitCode.OK)
     return replace(po, tiers=tiers, left=tuple(left), messages=tuple(messages), result=result, code=code)
+
+
+def with_lmcache_clears(plan: Plan, outcome: Outcome, cleared: dict[tuple[str, str], tuple[str, str]]) -> Outcome:
+    """The outcome once the store step ran: on a pod whose in-process LMCache CPU tier was
+    emptied by the LMCache controller's ``/clear`` or the worker API's ``DELETE /cache/clear``
+    (``cleared``: ``(namespace, pod)`` -> ``(state, what emptied it)``, state ``emptied`` or
+    ``unconfirmed``, from the ``StoreClear`` rows), that tier is no longer ``left``: it takes the
+    store row's state, its left entry goes, and the row's result is derived again with the same
+    rule as :func:`port_outcome` (never ``emptied`` while another tier is left). Other rows are
+    unchanged.
+
+    LMCache's vLLM connectors have no ``reset_cache`` (plan.py's LMCache rule), so this is the
+    only step that empties that tier short of a restart.
+    """
+    if not cleared:
+        return outcome
+    from ..tiers import LMCACHE_CONNECTORS, TierKind
+
+    plans = {(p.pod.namespace, p.pod.name, p.pod.container): p for p in plan.pods}
+    report = Report(outcome.report.kind, outcome.report.columns)
+    ports: list[PortOutcome] = []
+    for po in outcome.ports:
+        hit = cleared.get((po.namespace, po.pod))
+        pplan = plans.get((po.namespace, po.pod, po.container))
+        if hit is not None and pplan is not None and pplan.not_running is None:
+            cells = {kind: list(states) for kind, states in po.tiers.items()}
+            seen: dict[str, int] = {}
+            left = list(po.left)
+            drop: list[int] = []
+            messages = list(po.messages)
+            unconfirmed = list(po.unconfirmed)
+            j = 0
+            for effect in pplan.effects:
+                kind = effect.tier.kind.value
+                i = seen.get(kind, 0)
+                seen[kind] = i + 1
+                states = cells.get(kind) or []
+                state = states[i] if i < len(states) else None
+                if (state == "left" and effect.tier.kind is TierKind.CPU
+                        and effect.tier.connector in LMCACHE_CONNECTORS and j < len(left)):
+                    lt = left[j]
+                    drop.append(j)
+                    text = f"{lt.tier} left: {lt.reason}" + (f"; to empty it: {lt.remedy}" if lt.remedy else "")
+                    messages = [m for m in messages if m != text]
+                    states[i] = hit[0]
+                    messages.append(f"{lt.tier}: {hit[0]} by {hit[1]}")
+                    if hit[0] == "unconfirmed":
+                        unconfirmed.append(UnconfirmedRow(lt.tier, f"{hit[1]}: nothing counts what remains"))
+                if state in ("left", "not emptied"):
+                    j += 1
+            if drop:
+                remaining = tuple(lt for k, lt in enumerate(left) if k not in drop)
+                result, code = po.result, po.code
+                every = [st for v in cells.values() for st in v]
+                if po.result == "partial" and not remaining and \
+                        all(st in ("emptied", "unconfirmed", "replaced", EMPTIED_BY_CLEAR_STORE) for st in every):
+                    result, code = (("unconfirmed", ExitCode.UNCONFIRMED) if unconfirmed
+                                    else ("emptied", ExitCode.OK))
+                po = dataclasses.replace(po, tiers={k: tuple(v) for k, v in cells.items()}, left=remaining,
+                                         messages=tuple(messages), unconfirmed=tuple(unconfirmed),
+                                         result=result, code=code)
+        ports.append(po)
+        report.add(po.row(), po.code)
+    return Outcome(tuple(ports), outcome.notes, outcome.interrupted, report)

@@ -17,7 +17,8 @@ from ..stores.mpserver import FORCE_FLAG, with_force
 from .scope import Scope
 from .storedisk import DiskCall, disk_row, plan_disks, run_disk
 
-__all__ = ["ChainedReport", "StorePlan", "columns", "plan_store", "run_store", "store_row"]
+__all__ = ["ChainedReport", "StorePlan", "columns", "lmcache_cpu_cleared", "lmcache_cpu_planned",
+           "plan_store", "run_store", "store_row"]
 
 
 def columns(scope: str | None) -> list[Column]:
@@ -36,11 +37,12 @@ def store_row(call: StoreCall, outcome: StoreResult | None = None) -> dict[str, 
 
     Keys: namespace (of the first targeted user), store (kind), address (without credentials),
     resolved (``service NS/NAME``, ``pod NS/NAME``, ``outside the cluster``), scope
-    (``model M`` or ``store``), model, method, targeted_pods, other_pods, before, after, unit,
+    (``model M``, ``instance ID``, ``worker`` or ``store``), model, method, targeted_pods, other_pods, before, after, unit,
     via, result, message.
     """
     store = call.store
-    targeted = [f"{p.namespace}/{p.name}" for p in store.targeted()]
+    targeted = [f"{u.pod.namespace}/{u.pod.name}" for u in store.users if u.targeted
+                and (call.scope != "instance" or u.use.instance_id == call.instance)]
     if outcome is None:
         result = "left" if call.blocked else "planned"
         message = call.blocked
@@ -56,7 +58,8 @@ def store_row(call: StoreCall, outcome: StoreResult | None = None) -> dict[str, 
         "store": store.kind.value,
         "address": store.address.display() if store.address else None,
         "resolved": store.resolution.describe(),
-        "scope": f"model {call.model}" if call.scope == "model" else call.scope,
+        "scope": (f"model {call.model}" if call.scope == "model"
+                  else f"instance {call.instance}" if call.scope == "instance" else call.scope),
         "model": call.model,
         "method": call.method,
         "targeted_pods": targeted,
@@ -196,6 +199,41 @@ def run_store(plan: StorePlan, *, dry_run: bool = False, max_concurrency: int = 
         report.add(disk_row(disk, outcome), row_code(outcome))
     add_unknown(report, plan)
     return report
+
+
+#: What empties a pod's in-process LMCache CPU tier, by store kind (``StoreClear`` ``store``).
+LMCACHE_CPU_CLEARS = {"lmcache-controller": "the LMCache controller's POST /clear",
+                      "lmcache-worker": "LMCache's worker API DELETE /cache/clear"}
+
+
+def lmcache_cpu_planned(plan: StorePlan) -> list[str]:
+    """The targeted pods (``ns/name``) whose in-process LMCache CPU tier a planned call (not
+    blocked) of ``plan`` empties: an LMCache controller instance or worker API call. Their
+    ``PlannedReset`` rows list that tier as left (vLLM's reset does not reach it); the store step
+    empties it."""
+    pods: list[str] = []
+    for call in plan.calls:
+        if call.blocked is None and call.scope in ("instance", "worker"):
+            pods += [f"{u.pod.namespace}/{u.pod.name}" for u in call.store.users if u.targeted
+                     and (call.scope != "instance" or u.use.instance_id == call.instance)]
+    return list(dict.fromkeys(pods))
+
+
+def lmcache_cpu_cleared(report: Report) -> dict[tuple[str, str], tuple[str, str]]:
+    """The targeted pods whose in-process LMCache CPU tier a ``StoreClear`` row of ``report``
+    emptied (an LMCache controller instance or worker API row, ``emptied`` or ``unconfirmed``):
+    ``(namespace, pod)`` -> ``(state, what emptied it)``, for
+    :func:`~kubectl_kvreset.job.outcome.with_lmcache_clears`."""
+    out: dict[tuple[str, str], tuple[str, str]] = {}
+    for row in report.rows:
+        what = LMCACHE_CPU_CLEARS.get(str(row.get("store")))
+        if what is None or row.get("result") not in ("emptied", "unconfirmed"):
+            continue
+        for pod in row.get("targeted_pods") or []:
+            ns, _, name = str(pod).partition("/")
+            if out.get((ns, name), ("",))[0] != "emptied":
+                out[(ns, name)] = (str(row["result"]), f"{what} ({row.get('scope')})")
+    return out
 
 
 class ChainedReport(Report):

@@ -3,6 +3,9 @@
 A clear runs without a flag when everything it removes belongs to the targets:
 
 * per model (Redis/Valkey ``<model>@*``): no untargeted pod serves that model against that store;
+* per instance (the LMCache controller's ``/clear`` of one ``lmcache_instance_id``): no
+  untargeted pod uses that instance id at that controller;
+* per worker (LMCache's internal API in the vLLM pod itself): always, it is the pod's own;
 * store-wide (Mooncake ``remove_all``, an MP server's L1, InfiniStore's purge): no untargeted
   pod uses the store at all.
 
@@ -32,13 +35,14 @@ class StoreCall:
 
     Attributes:
         store: the store and its users.
-        scope: ``"model"``, ``"store"`` (what the call removes).
+        scope: ``"model"``, ``"instance"``, ``"worker"``, ``"store"`` (what the call removes).
         model: for ``scope == "model"``: the model whose keys go.
         method: the call, e.g. ``SCAN MATCH 'm@*' + UNLINK`` or
             ``POST /api/v1/remove_all?force=true``.
         blocked: why the call is not made (consent, outside the cluster, not supported), or
             None when it runs.
         others: untargeted pods (``ns/name``) the call would reach.
+        instance: for ``scope == "instance"``: the LMCache instance id cleared at the controller.
         force: the store's forced variant (the MP server's ``force: true``,
             ``--force-mp-clear``).
     """
@@ -49,6 +53,7 @@ class StoreCall:
     method: str
     blocked: str | None = None
     others: tuple[str, ...] = ()
+    instance: str | None = None
     force: bool = False
 
 
@@ -63,6 +68,19 @@ def _redis_method(store: FoundStore, model: str | None) -> str:
     return f"SCAN MATCH '{model_pattern(model or '', cluster=cluster)}' + UNLINK"
 
 
+def _controller_method(store: FoundStore) -> str:
+    from .lmcache_controller import locations_for
+
+    disk = any((u.use.extra or {}).get("local_disk") for u in store.users if u.targeted)
+    return ("GET /controller/workers?instance_id=, then POST /clear per location ("
+            + ", ".join(locations_for(disk)) + ")")
+
+
+def _worker_method(store: FoundStore) -> str:
+    ports = [p for u in store.users if u.targeted for p in u.use.ports]
+    return "DELETE /cache/clear on port " + ",".join(str(p) for p in dict.fromkeys(ports))
+
+
 #: The call each cleared kind makes, as the row's METHOD shows it: ``method(store, model)``.
 #: A kind is cleared by this version exactly when it has an entry here and in
 #: ``clear.CLEARERS``.
@@ -70,6 +88,8 @@ METHODS: dict[StoreKind, Callable[[FoundStore, str | None], str]] = {
     StoreKind.REDIS: _redis_method,
     StoreKind.VALKEY: _redis_method,
     StoreKind.MOONCAKE: lambda store, model: "POST /api/v1/remove_all?force=true",
+    StoreKind.LMCACHE_CONTROLLER: lambda store, model: _controller_method(store),
+    StoreKind.LMCACHE_WORKER: lambda store, model: _worker_method(store),
     StoreKind.LMCACHE_MP: lambda store, model: clear_method(force=False),
     StoreKind.INFINISTORE: lambda store, model: "POST /purge",
 }
@@ -95,6 +115,14 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
         outside = None
         if res.kind == "outside":
             outside = f"{res.message}; {remedy(store.kind, store.address)}"
+        scope = store.users[0].use.scope if store.users else "store"
+        if scope == "worker":
+            # the pod's own LMCache workers: what it removes belongs to the targeted pod alone
+            calls.append(StoreCall(store, "worker", None, _method(store, None), outside))
+            continue
+        if scope == "instance":
+            calls.extend(_instance_calls(store, outside, shared=shared))
+            continue
         if store.kind in PER_MODEL_KINDS:
             models = list(dict.fromkeys(u.use.model for u in store.users if u.targeted))
             for model in models:
@@ -121,4 +149,50 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
                 blocked = (f"store-wide clear, and namespaces that cannot be listed ({', '.join(store.unlisted)}) "
                            f"may hold other users: give {SHARED_FLAG} to empty it anyway")
         calls.append(StoreCall(store, "store", None, _method(store, None), blocked, others))
+    return _without_covered_workers(calls)
+
+
+def _without_covered_workers(calls: list[StoreCall]) -> list[StoreCall]:
+    """Drop the worker-API call of a pod whose LMCache instance a controller call (not blocked)
+    clears: both empty the same CPU tier, and the controller's is the one the configuration
+    routes through. Where the controller call is blocked or absent, the worker API (the pod's
+    own) is used, and a controller call blocked for consent alone is dropped where the worker
+    API covers every targeted pod of its instance."""
+    covered = {(u.pod.namespace, u.pod.name) for c in calls if c.scope == "instance" and c.blocked is None
+               for u in c.store.users if u.targeted and u.use.instance_id == c.instance}
+    calls = [c for c in calls if not (c.scope == "worker" and c.blocked is None and c.store.users
+                                      and all((u.pod.namespace, u.pod.name) in covered
+                                              for u in c.store.users if u.targeted))]
+    # an instance clear held back only for consent (its message names the flag), whose targeted
+    # pods all clear their own workers: what belongs to the targets is emptied that way, and the
+    # other pods' part of the instance stays, as consent asks
+    own = {(u.pod.namespace, u.pod.name) for c in calls if c.scope == "worker" and c.blocked is None
+           for u in c.store.users if u.targeted}
+    return [c for c in calls if not (c.scope == "instance" and c.blocked is not None and SHARED_FLAG in c.blocked
+                                     and all((u.pod.namespace, u.pod.name) in own for u in c.store.users
+                                             if u.targeted and u.use.instance_id == c.instance))]
+
+
+def _instance_calls(store: FoundStore, outside: str | None, *, shared: bool) -> list[StoreCall]:
+    """One call per LMCache instance id the targets use at a controller. It empties that
+    instance only, so it belongs to the targets when no untargeted pod the plugin can see uses the
+    same instance id at this controller and no namespace that cannot be listed might (DESIGN §6:
+    those count as possible other users)."""
+    calls: list[StoreCall] = []
+    for instance in dict.fromkeys(u.use.instance_id for u in store.users if u.targeted):
+        others = _names([u.pod for u in store.users if not u.targeted and u.use.instance_id == instance])
+        blocked = outside
+        if blocked is None and store.kind not in METHODS:
+            blocked = f"not cleared by this version; {remedy(store.kind, store.address)}"
+        elif blocked is None and instance is None:
+            blocked = ("lmcache_instance_id is not set: the controller clears by instance id, so nothing can be "
+                       "cleared through it")
+        elif blocked is None and not shared:
+            if others:
+                blocked = (f"{len(others)} pod(s) outside the targets use LMCache instance {instance} at this "
+                           f"controller ({', '.join(others)}): give {SHARED_FLAG} to clear it anyway")
+            elif store.unlisted:
+                blocked = (f"namespaces that cannot be listed ({', '.join(store.unlisted)}) may hold pods of LMCache "
+                           f"instance {instance}: give {SHARED_FLAG} to clear it anyway")
+        calls.append(StoreCall(store, "instance", None, _method(store, None), blocked, others, instance=instance))
     return calls

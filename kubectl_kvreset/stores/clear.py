@@ -1,7 +1,8 @@
 """Running one planned store call through the API server (DESIGN §6 "Reaching them").
 
 Redis/Valkey over ``pods/portforward`` to a ready endpoint pod of the Service (as
-``kubectl port-forward svc/...`` picks one), the Mooncake master's admin port over the pod
+``kubectl port-forward svc/...`` picks one), the Mooncake master's admin port, the LMCache
+controller's HTTP port (``--port``) and LMCache's worker API in the vLLM pod itself over the pod
 proxy, the LMCache MP server's HTTP port over the pod proxy of every pod behind its address.
 Each result carries the store's own counts before and after.
 """
@@ -15,6 +16,8 @@ from ..kube import Kube, KubeApiError, KubeConnectionError, status_message
 from .calls import StoreCall
 from .config import StoreKind
 from .infinistore import InfiniStoreError, clear_infinistore
+from .lmcache_controller import ControllerError
+from .lmcache_worker import WorkerError
 from .mooncake import MooncakeError, clear_master
 from .mpserver import MpClear, MpServerError, clear_l1, summary, zmq_only_remedy
 from .redisclear import RedisStoreError, clear_model_keys
@@ -30,8 +33,9 @@ class StoreResult:
 
     Attributes:
         result: ``emptied`` (after is 0), ``left`` (not made, or something remains),
-            ``failed`` (the store or the API refused), ``planned`` (dry run).
-        unit: what ``before``/``after`` count (``keys``).
+            ``failed`` (the store or the API refused), ``planned`` (dry run), ``unconfirmed``
+            (the call ran but nothing counts what remains).
+        unit: what ``before``/``after`` count (``keys``: for LMCache, chunks).
         via: the pod and port the call went to (``ns/pod:port``).
         message: why, and what would clear it.
     """
@@ -104,6 +108,73 @@ def _clear_mooncake(kube: Kube, call: StoreCall, ep: Endpoint, dry_run: bool, ti
     return StoreResult(result, mc.before, mc.after, via=via, message=msg)
 
 
+def _clear_lmcache_controller(kube: Kube, call: StoreCall, ep: Endpoint, dry_run: bool,
+                              timeout_s: float) -> StoreResult:
+    from .lmcache_controller import NO_CLEAR, clear_instance, locations_for
+
+    port = admin_port(StoreKind.LMCACHE_CONTROLLER, pod_object(kube, ep)) or 9000
+    via = f"{ep.namespace}/{ep.name}:{port}"
+    users = [u for u in call.store.users if u.targeted and u.use.instance_id == call.instance]
+    disk = any((u.use.extra or {}).get("local_disk") for u in users)
+    remote = next((str(u.use.extra["remote_url"]) for u in users if (u.use.extra or {}).get("remote_url")), None)
+    done = clear_instance(pod_http(kube, ep, port, timeout_s), call.instance or "", locations=locations_for(disk),
+                          dry_run=dry_run)
+    if done.left:
+        return StoreResult("left", via=via, message=done.left)
+    if dry_run:
+        return StoreResult("planned", done.before, done.after, via=via)
+    notes = [f"{done.tokens} tokens removed (POST /clear {', '.join(done.locations)}"
+             + (f", {done.workers} worker(s))" if done.workers is not None else ")")]
+    if remote is not None:
+        notes.append(f"RemoteBackend ({_display(remote)}) left here: {NO_CLEAR['RemoteBackend']}")
+    if done.after is None:
+        notes.append("the controller has no /controller/workers (older than LMCache's internal API routes): "
+                     "nothing counts what remains")
+        return StoreResult("unconfirmed", done.before, None, via=via, message="; ".join(notes))
+    if done.after == 0:
+        return StoreResult("emptied", done.before, 0, via=via, message="; ".join(notes))
+    why = (NO_CLEAR["LocalDiskBackend"] if disk
+           else "objects pinned or in use are skipped by LocalCPUBackend.clear, or keys were written meanwhile")
+    notes.insert(0, f"{done.after} key(s) remain at the controller: {why}")
+    return StoreResult("left", done.before, done.after, via=via, message="; ".join(notes))
+
+
+def _clear_lmcache_worker(kube: Kube, call: StoreCall, ep: Endpoint, dry_run: bool, timeout_s: float) -> StoreResult:
+    from .lmcache_controller import NO_CLEAR
+    from .lmcache_worker import HOT_CACHE_COUNT, clear_workers
+
+    users = [u for u in call.store.users if u.targeted]
+    ports = list(dict.fromkeys(p for u in users for p in u.use.ports))
+    via = f"{ep.namespace}/{ep.name}:{','.join(str(p) for p in ports)}"
+    done = clear_workers(lambda port: pod_http(kube, ep, port, timeout_s), ports, dry_run=dry_run)
+    if dry_run:
+        return StoreResult("planned", done.before, done.after, via=via)
+    notes = [f"{done.removed} tokens removed (num_removed of {len(ports)} worker port(s))"]
+    for key, name in (("local_disk", "LocalDiskBackend"), ("remote_url", "RemoteBackend")):
+        value = next((str(u.use.extra[key]) for u in users if (u.use.extra or {}).get(key)), None)
+        if value is not None:
+            notes.append(f"{name} ({_display(value)}) left here: {NO_CLEAR[name]}")
+    if done.after is None:
+        notes.append(f"the worker API exports no {HOT_CACHE_COUNT} on /metrics: nothing counts what remains, "
+                     "so only the removal is known")
+        return StoreResult("unconfirmed", done.before, None, via=via, message="; ".join(notes))
+    if done.after == 0:
+        return StoreResult("emptied", done.before, 0, via=via, message="; ".join(notes))
+    notes.insert(0, f"{done.after} chunk(s) remain in LocalCPUBackend: objects pinned or in use are skipped by its "
+                    "clear, or chunks were stored meanwhile")
+    return StoreResult("left", done.before, done.after, via=via, message="; ".join(notes))
+
+
+def _display(url: str) -> str:
+    """A store URL without credentials."""
+    from .config import parse_address
+
+    try:
+        return parse_address(url).display()
+    except ValueError:
+        return "an unparsable address"
+
+
 def _clear_mp(kube: Kube, call: StoreCall, ep: Endpoint, dry_run: bool, timeout_s: float) -> StoreResult:
     """Every ready MP server pod behind the address (one L1 each), over its HTTP port."""
     parts: list[tuple[str, MpClear | str | Exception]] = []
@@ -150,12 +221,15 @@ CLEARERS: dict[StoreKind, Clearer] = {
     StoreKind.REDIS: _clear_redis,
     StoreKind.VALKEY: _clear_redis,
     StoreKind.MOONCAKE: _clear_mooncake,
+    StoreKind.LMCACHE_CONTROLLER: _clear_lmcache_controller,
+    StoreKind.LMCACHE_WORKER: _clear_lmcache_worker,
     StoreKind.LMCACHE_MP: _clear_mp,
     StoreKind.INFINISTORE: _clear_infinistore,
 }
 
 #: Errors a clearer may raise for a store's answer; each becomes a ``failed`` result.
-STORE_ERRORS: tuple[type[Exception], ...] = (RedisStoreError, MooncakeError, MpServerError, InfiniStoreError)
+STORE_ERRORS: tuple[type[Exception], ...] = (RedisStoreError, MooncakeError, ControllerError, WorkerError,
+                                             MpServerError, InfiniStoreError)
 
 
 def run_call(kube: Kube, call: StoreCall, *, dry_run: bool = False, timeout_s: float = 30.0) -> StoreResult:

@@ -455,6 +455,12 @@ def _address(text: Any, source: str, notes: list[str], *, default_port: int | No
         return None
 
 
+def _backends(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The in-process LMCache backends besides the CPU one (``local_disk``, ``remote_url``), for
+    the controller and worker clears to say what they cannot reach."""
+    return {key: settings[key] for key in ("local_disk", "remote_url") if settings.get(key) not in _NONE_VALUES}
+
+
 def _lmcache_uses(extra: Mapping[str, Any], env: Mapping[str, str], file_cfg: Mapping[str, Any] | None,
                   model: str | None, argv: Sequence[str]) -> list[StoreUse]:
     settings, sources = lmcache_settings(extra, env, file_cfg)
@@ -489,7 +495,8 @@ def _lmcache_uses(extra: Mapping[str, Any], env: Mapping[str, str], file_cfg: Ma
             notes.append("lmcache_instance_id is not set (required by LMCache 0.5.6)")
         uses.append(StoreUse(StoreKind.LMCACHE_CONTROLLER, addr, "instance", model=model,
                              instance_id=str(instance) if instance else None,
-                             source=sources.get("enable_controller", ""), notes=tuple(notes)))
+                             source=sources.get("enable_controller", ""), extra=_backends(settings),
+                             notes=tuple(notes)))
     if _truthy(settings.get("internal_api_server_enabled", False)):
         start = settings.get("internal_api_server_port_start", 6999)
         try:
@@ -503,7 +510,7 @@ def _lmcache_uses(extra: Mapping[str, Any], env: Mapping[str, str], file_cfg: Ma
                    if not isinstance(include, list) or 1 + rank in include]
         uses.append(StoreUse(StoreKind.LMCACHE_WORKER, Address("localhost", None), "worker",
                              model=model, ports=tuple(start + o for o in offsets),
-                             source=sources.get("internal_api_server_enabled", "")))
+                             source=sources.get("internal_api_server_enabled", ""), extra=_backends(settings)))
     return uses
 
 

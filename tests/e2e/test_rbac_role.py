@@ -109,8 +109,12 @@ def test_manifest_is_a_namespaced_least_privilege_role() -> None:
     assert role["metadata"]["namespace"] == NS and binding["roleRef"]["name"] == role["metadata"]["name"]
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
-        # read and reset only: never delete or update; secrets only read one by name
-        assert set(rule["verbs"]) <= {"get", "list", "create", "patch"}
+        # read and reset only: never delete or update; secrets only read one by name (the one
+        # `delete` is the HTTP method proxied to LMCache's worker API, DELETE /cache/clear)
+        if rule["verbs"] == ["delete"]:
+            assert rule["resources"] == ["pods/proxy"]
+        else:
+            assert set(rule["verbs"]) <= {"get", "list", "create", "patch"}
         assert "pods/log" not in rule["resources"]
         if set(rule["resources"]) & {"secrets", "configmaps"}:
             # a vLLM --config file mounted from them: read by name, never listed
@@ -163,9 +167,16 @@ STORE_NEEDED: list[tuple[int, list[str], list[str]]] = [
 ]
 
 
+# the rule LMCache's worker API clear needs, checked against a real LMCache worker in
+# tests/peers/test_stores_lmcache.py
+LMCACHE_NEEDED: list[tuple[int, list[str], list[str]]] = [
+    (12, ["clear-store", "--all", "--yes"], ['cannot delete resource "pods/proxy"']),
+]
+
+
 def test_every_rule_is_checked() -> None:
     # the configmaps/secrets rule is needed both by --config files and by the store step
-    checked = {i for i, *_ in NEEDED} | {i for i, *_ in STORE_NEEDED}
+    checked = {i for i, *_ in NEEDED} | {i for i, *_ in STORE_NEEDED} | {i for i, *_ in LMCACHE_NEEDED}
     assert sorted(checked) == list(range(len(full_rules())))
 
 

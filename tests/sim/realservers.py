@@ -14,7 +14,10 @@ sharing the machine's network so that it can listen on its pod address:
 | ``vllm`` | the vLLM container (tests/sim/controllers.py ``is_vllm_container``) | vLLM's CPU build serving the tiny model (tests/peers/tinymodel.py) with ``--load-format dummy`` under the manifest's served model name(s) and port |
 
 ``all`` means every peer that is installed. A scenario rule may set ``real_server: true`` (or
-``false``) for one pod instead.
+``false``) for one pod instead. In a pod where another container runs a real server, a vLLM
+container that runs no real vLLM gets the simulator's fake vLLM (for example a standalone LMCache
+worker beside a fake vLLM, as the stand-in for vLLM's in-process LMCache engine); its ports are
+answered through the pod proxy, not through port-forward.
 
 **The pod's network, emulated.** Each pod would have its own network namespace, where binding
 ``0.0.0.0`` is harmless; here every pod shares the machine's loopback, so a server must bind its
@@ -46,6 +49,7 @@ namespace get SIGKILL; the cluster stops workers (rank 0) before their stores (r
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import os
@@ -640,6 +644,7 @@ class RealPodRuntime(PodRuntime):
         self.servers: list[RealServer] = []
         self.stop_rank = 0
         self.real_ports: dict[int, RealServer] = {}
+        self._fake_ports: set[int] = set()
 
     # ---- start ----
     def start(self) -> None:
@@ -655,6 +660,7 @@ class RealPodRuntime(PodRuntime):
         ctx, spec = self.ctx, self.ctx.spec or {}
         allowed = set(ctx.overrides.get("real_servers") or [])
         forced = ctx.overrides.get("real_server")
+        fake_vllm: list[dict[str, Any]] = []
         for c in [c for c in spec.get("containers") or [] if isinstance(c, dict)]:
             name = str(c.get("name") or "")
             env = dict(ctx.env_by_container.get(name) or {})
@@ -665,7 +671,10 @@ class RealPodRuntime(PodRuntime):
             argv = container_argv(c, env)
             kind = real_kind(c, argv)
             if kind is None or (forced is not True and peer_of(kind) not in allowed):
-                self.notes.append(f"container {name}: runs no real server")
+                if _vllm_container(c):
+                    fake_vllm.append(c)
+                else:
+                    self.notes.append(f"container {name}: runs no real server")
                 continue
             if _peers().missing(peer_of(kind)):
                 self.notes.append(f"container {name}: {peer_of(kind)} is not installed "
@@ -685,6 +694,21 @@ class RealPodRuntime(PodRuntime):
                 self.real_ports[p] = server
         for s in self.servers:
             s.start()
+        if fake_vllm:
+            self._start_fake(fake_vllm)
+
+    def _start_fake(self, containers: list[dict[str, Any]]) -> None:
+        """The vLLM containers that run no real vLLM get the simulator's fake vLLM, as in a pod
+        without real servers (a pod whose other container runs, say, a real LMCache worker)."""
+        full = self.ctx
+        spec = dict(full.spec or {})
+        spec["containers"] = containers
+        self.ctx = dataclasses.replace(full, spec=spec)
+        try:
+            PodRuntime._start(self)
+        finally:
+            self.ctx = full
+        self._fake_ports = set(PodRuntime.served_ports(self))
 
     def _bwrap(self, binds: list[Any], launch: Launch) -> list[str]:
         ctx = self.ctx
@@ -894,8 +918,8 @@ class RealPodRuntime(PodRuntime):
             s.poll()
 
     def served_ports(self) -> list[int]:
-        """The ports the real servers serve (sorted; none once stopped)."""
-        return [] if self._stopped else sorted(self.real_ports)
+        """The ports the real servers and fake vLLMs serve (sorted; none once stopped)."""
+        return [] if self._stopped else sorted(set(self.real_ports) | self._fake_ports)
 
     def connect(self, port: int) -> socket.socket | None:
         """A TCP connection to the server on ``port`` at the pod address (its moved port for
@@ -918,7 +942,11 @@ class RealPodRuntime(PodRuntime):
                 body: bytes, *, scheme: str = "http", transport: str = "proxy"
                 ) -> tuple[int, list[tuple[str, str]], bytes] | None:
         """An HTTP request to the real server on ``port`` (for the pod proxy); None when the
-        connection is refused or breaks (the proxy then answers 503 connection refused)."""
+        connection is refused or breaks (the proxy then answers 503 connection refused). A
+        fake vLLM's port is answered by the fake."""
+        if int(port) in self._fake_ports and int(port) not in self.real_ports:
+            return PodRuntime.request(self, port, method, path, query, headers, body, scheme=scheme,
+                                      transport=transport)
         sock = self.connect(port)
         if sock is None:
             return None
@@ -949,8 +977,9 @@ class RealPodRuntime(PodRuntime):
         """The pod runtime's state plus ``real_servers``: one entry per server
         (:meth:`RealServer.state`: kind, argv, pid, running, restarts, ports, log path)."""
         out = super().state(listing_cache)
-        out["ports"] = {str(p): {"real": True, "kind": s.launch.kind}
-                        for p, s in sorted(self.real_ports.items())}
+        out["ports"] = {**{p: v for p, v in (out.get("ports") or {}).items() if int(p) in self._fake_ports},
+                        **{str(p): {"real": True, "kind": s.launch.kind}
+                           for p, s in sorted(self.real_ports.items())}}
         out["real_servers"] = [s.state() for s in self.servers]
         for s in self.servers:
             out["notes"] = list(out.get("notes") or []) + s.launch.notes
