@@ -141,7 +141,8 @@ def command(**params: Any) -> None:
     outcome = run(the_plan, INTERRUPTED, progress=info if sys.stderr.isatty() else None)
     for note in outcome.notes:
         info(note)
-    store_rows = run_store(stores, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED)
+    store_rows = run_store(stores, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED,
+                           replaced=outcome.replaced)
     outcome = with_store_results(outcome, the_plan, stores.calls, store_rows.rows)
     outcome = with_lmcache_clears(the_plan, outcome, lmcache_cpu_cleared(store_rows))
     emit(ChainedReport([outcome.report, store_rows]), params["output"], empty_message="No vLLM server pods targeted.")

@@ -21,7 +21,7 @@ from ..pods import ApiPort, Owner, VllmPod
 from ..pool import NOT_RUN, Cancel, NotRun, parallel
 from ..rollout import DevModeResult, restart_owners, run_phased, set_dev_mode
 from ..vllm_api import ResetOutcome
-from .outcome import Outcome, OwnerKey, PortKey, RunResults, build_outcome
+from .outcome import Outcome, OwnerKey, PortKey, RunResults, build_outcome, owner_result_ok
 from .planning import Plan, PodPlan, dev_mode_on, promote
 from .planning import pod_plan as plan_one_pod
 from .probes import contradicts, probe_templates, template_key
@@ -153,20 +153,24 @@ def reprobe(plan: Plan, by_port: dict[PortKey, list[ResetResult | NotRun]], canc
 
 
 def find_successors(plan: Plan, results: RunResults) -> None:
-    """For owners with a pod that vanished during the run (the reset answered 404 for the pod),
-    list the owner's pods again: the new names are its successors, which start cold."""
+    """For owners with a pod that vanished during the run (the reset answered 404 for the pod)
+    and owners whose pods a restart or dev-mode rollout replaced, list the owner's pods again:
+    the pods not there before (by uid: a StatefulSet's successor keeps the name) are its
+    successors, which start cold. A namespace that cannot be listed again gives none."""
     gone_ns: set[str] = set()
     for (ns, _pod, _container, _port), got in results.resets.items():
         if isinstance(got, list) and got and got[0].failure is not None and got[0].failure.kind == "pod-gone":
             gone_ns.add(ns)
-    known = {(p.namespace, p.name) for p in plan.scope.universe}
+    rolled = {key for key, res in results.owners.items() if owner_result_ok(res)}
+    gone_ns |= {ns for ns, _owner in rolled}
+    known = {p.uid for p in plan.scope.universe}
     for ns in sorted(gone_ns):
         try:
             now = discover(plan.scope.kube, ns)
         except KubeError:
             continue
         for pod in now:
-            if (pod.namespace, pod.name) not in known:
+            if pod.uid not in known:
                 results.successors.setdefault((ns, pod.owner), []).append(pod.name)
 
 

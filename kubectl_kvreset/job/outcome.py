@@ -153,12 +153,16 @@ class PortOutcome:
 class Outcome:
     """What a clear did: one :class:`PortOutcome` per pod and port (plan order), the ``notes``
     the user should read (lines for stderr: shared volumes, dev mode now on), whether the run
-    was ``interrupted``, and the ``report`` (rows and exit code) the command line prints."""
+    was ``interrupted``, and the ``report`` (rows and exit code) the command line prints.
+    ``replaced``: ``(namespace, pod)`` of each pod a restart or dev-mode rollout replaced ->
+    its owner's new pods (empty when none came up); a later step that would reach the old pod
+    uses these (:func:`kubectl_kvreset.job.storeclear.run_store`)."""
 
     ports: tuple[PortOutcome, ...]
     notes: tuple[str, ...]
     interrupted: bool
     report: Report
+    replaced: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -264,7 +268,13 @@ def build_outcome(plan: Plan, results: RunResults, notes: list[str], *, interrup
     notes = list(notes)
     if any(po.result == "dev mode off" for po in ports):
         notes.append(dev_mode_note())
-    return Outcome(tuple(ports), tuple(notes), interrupted, report)
+    rolled = {key for key, res in results.owners.items() if owner_result_ok(res)}
+    vanished = {(ns, name) for (ns, name, _c, _p), got in results.resets.items()
+                if isinstance(got, list) and got and got[0].failure is not None and got[0].failure.kind == "pod-gone"}
+    replaced = {(p.pod.namespace, p.pod.name): tuple(results.successors.get((p.pod.namespace, p.pod.owner), ()))
+                for p in plan.pods if (p.pod.namespace, p.pod.owner) in rolled
+                or (p.pod.namespace, p.pod.name) in vanished}
+    return Outcome(tuple(ports), tuple(notes), interrupted, report, replaced)
 
 
 def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, interrupted: bool) -> PortOutcome:
@@ -371,7 +381,8 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
                 unconfirmed = True
                 unconfirmed_rows.append(UnconfirmedRow(tier_label(tier), fs_text or "the deletion was not confirmed"))
             elif state != "emptied":
-                failure_result = failure_result or "failed"
+                if tier.tier_type != "lmcache_local_disk":  # that one is left to the store step: partial
+                    failure_result = failure_result or "failed"
                 left_rows.append(LeftRow(tier_label(tier), fs_text or "the deletion did not empty it",
                                          "kubectl kvreset clear-store" if tier.tier_type == "lmcache_local_disk"
                                          else FS_REMEDY))
@@ -524,6 +535,10 @@ EMPTIED_BY_CLEAR_STORE = "emptied by clear-store"
 #: (the MP connector's tier is named ``lmcache-server``, its store kind ``lmcache-mp``).
 _TIER_STORE = {"lmcache-mp": "lmcache-server"}
 
+#: ``StoreClear`` ``store`` of an LMCache local-disk deletion (job/storedisk.py), which empties
+#: the pod's ``lmcache_local_disk`` FS tier.
+LMCACHE_DISK_ROW = "lmcache-disk"
+
 
 def with_store_results(outcome: Outcome, plan: Plan, calls: Sequence[StoreCall],
                        store_rows: Sequence[Mapping[str, Any]]) -> Outcome:
@@ -532,9 +547,12 @@ def with_store_results(outcome: Outcome, plan: Plan, calls: Sequence[StoreCall],
     store that pod's model) says :data:`EMPTIED_BY_CLEAR_STORE` instead of ``left``, leaves the
     ``left`` list, and its message names the store row; a row ``partial`` only for that becomes
     ``emptied`` (``unconfirmed`` where a tier is). A store row ``left`` or ``failed`` changes
-    nothing: the tier stays ``left``. Other rows and tiers are untouched.
+    nothing: the tier stays ``left``. The same holds for a pod's ``lmcache_local_disk`` FS tier
+    and its :data:`LMCACHE_DISK_ROW` row (``emptied``, or ``replaced`` where the disk was an
+    emptyDir of a pod the restart replaced). Other rows and tiers are untouched.
 
-    ``store_rows``: clear-store's rows, the first ``len(calls)`` in ``calls`` order
+    ``store_rows``: clear-store's rows, the first ``len(calls)`` in ``calls`` order, then the
+    local-disk rows
     (:func:`kubectl_kvreset.job.storeclear.run_store`). Pure; returns ``outcome`` itself when no
     store was emptied.
     """
@@ -546,6 +564,12 @@ def with_store_results(outcome: Outcome, plan: Plan, calls: Sequence[StoreCall],
         for user in call.store.users:
             if user.targeted and (call.model is None or user.use.model == call.model):
                 emptied.setdefault((user.pod.namespace, user.pod.name), []).append((name, row))
+    for row in store_rows[len(calls):]:
+        # LMCache's local disk (job/storedisk.py): emptied, or gone with its replaced pod's emptyDir
+        if row.get("store") == LMCACHE_DISK_ROW and row.get("result") in ("emptied", "replaced"):
+            for ref in row.get("targeted_pods") or ():
+                ns, _, name = str(ref).partition("/")
+                emptied.setdefault((ns, name), []).append((LMCACHE_DISK_ROW, row))
     if not emptied:
         return outcome
     plans = {(p.pod.namespace, p.pod.name, p.pod.container): p for p in plan.pods}
@@ -562,24 +586,28 @@ def with_store_results(outcome: Outcome, plan: Plan, calls: Sequence[StoreCall],
 
 
 def _store_emptied(po: PortOutcome, plan: PodPlan, got: list[tuple[str, Mapping[str, Any]]]) -> PortOutcome:
-    shared = [e.tier for e in plan.effects if e.tier.kind is TierKind.SHARED]
-    states = list(po.tiers.get("shared", ()))
-    if len(states) != len(shared):
-        return po
     left, messages = list(po.left), list(po.messages)
-    for i, tier in enumerate(shared):
-        row = next((r for name, r in got if name == tier.store), None)
-        if row is None or states[i] not in ("left", "not emptied"):
+    tiers = dict(po.tiers)
+    for kind, store_of in ((TierKind.SHARED, lambda t: t.store),
+                           (TierKind.FS, lambda t: LMCACHE_DISK_ROW if t.tier_type == "lmcache_local_disk" else None)):
+        these = [e.tier for e in plan.effects if e.tier.kind is kind]
+        states = list(tiers.get(kind.value, ()))
+        if len(states) != len(these):
             continue
-        label = tier_label(tier)
-        states[i] = EMPTIED_BY_CLEAR_STORE
-        left = [lt for lt in left if lt.tier != label]
-        messages = [m for m in messages if not m.startswith(f"{label} left: ")]
-        counted = (f": {row.get('before')} -> {row.get('after')} {row.get('unit') or ''}".rstrip()
-                   if row.get("before") is not None else "")
-        messages.append(f"{label}: {EMPTIED_BY_CLEAR_STORE} (StoreClear {row.get('store')} "
-                        f"{row.get('address') or ''} {row.get('scope') or ''}{counted})".replace("  ", " "))
-    tiers = {**po.tiers, "shared": tuple(states)}
+        for i, tier in enumerate(these):
+            store = store_of(tier)
+            row = next((r for name, r in got if store is not None and name == store), None)
+            if row is None or states[i] not in ("left", "not emptied"):
+                continue
+            label = tier_label(tier)
+            states[i] = EMPTIED_BY_CLEAR_STORE
+            left = [lt for lt in left if lt.tier != label]
+            messages = [m for m in messages if not m.startswith(f"{label} left: ") and not m.startswith(f"{label}: ")]
+            counted = (f": {row.get('before')} -> {row.get('after')} {row.get('unit') or ''}".rstrip()
+                       if row.get("before") is not None else f": {row.get('result')}")
+            messages.append(f"{label}: {EMPTIED_BY_CLEAR_STORE} (StoreClear {row.get('store')} "
+                            f"{row.get('address') or ''} {row.get('scope') or ''}{counted})".replace("  ", " "))
+        tiers[kind.value] = tuple(states)
     result, code = po.result, po.code
     done = ("emptied", "unconfirmed", "replaced", EMPTIED_BY_CLEAR_STORE)
     if result == "partial" and not left and all(st in done for v in tiers.values() for st in v):
@@ -649,4 +677,4 @@ def with_lmcache_clears(plan: Plan, outcome: Outcome, cleared: dict[tuple[str, s
                                          result=result, code=code)
         ports.append(po)
         report.add(po.row(), po.code)
-    return Outcome(tuple(ports), outcome.notes, outcome.interrupted, report)
+    return replace(outcome, ports=tuple(ports), report=report)

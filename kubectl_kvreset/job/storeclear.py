@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..fstier import ExecChoice
 from ..pool import Cancel, NotRun, parallel
 from ..report import Column, ExitCode, Report
 from ..stores.calls import StoreCall, plan_calls
@@ -74,11 +76,11 @@ def store_row(call: StoreCall, outcome: StoreResult | None = None) -> dict[str, 
 
 
 def row_code(outcome: StoreResult) -> ExitCode:
-    """0 when emptied (or planned), 3 when unconfirmed (the store's answer proves less than
+    """0 when emptied (or planned, or its pod replaced by the restart), 3 when unconfirmed (the store's answer proves less than
     emptied), 1 when left or failed."""
     if outcome.result == "unconfirmed":
         return ExitCode.UNCONFIRMED
-    return ExitCode.OK if outcome.result in ("emptied", "planned") else ExitCode.FAILED
+    return ExitCode.OK if outcome.result in ("emptied", "planned", "replaced") else ExitCode.FAILED
 
 
 @dataclass(frozen=True)
@@ -174,12 +176,20 @@ def plan_store(scope: Scope, *, shared: bool = False, extra_universe: Sequence[A
 
 
 def run_store(plan: StorePlan, *, dry_run: bool = False, max_concurrency: int = 8,
-              cancel: Cancel | None = None, timeout_s: float = 30.0) -> Report:
+              cancel: Cancel | None = None, timeout_s: float = 30.0,
+              replaced: Mapping[tuple[str, str], Sequence[str]] | None = None) -> Report:
     """Make every call of ``plan`` (``dry_run``: only count), in parallel; the ``StoreClear``
-    report. Never raises for a store's failure: its row says it."""
+    report. Never raises for a store's failure: its row says it.
+
+    ``replaced``: ``(namespace, pod)`` -> the new pods of its owner, for pods the pod step just
+    replaced (``Outcome.replaced``). A worker-API call whose every pod was replaced is not made:
+    its row says ``replaced`` (the in-process tier went with the pod). A local-disk deletion
+    runs in a successor instead (same container and directory: the same PVC or hostPath), and
+    where the directory was an emptyDir of the replaced pod, it went with that pod (``replaced``).
+    """
     kube = plan.scope.kube
-    results = parallel(plan.calls, lambda c: run_call(kube, c, dry_run=dry_run, timeout_s=timeout_s),
-                       max_concurrency, cancel)
+    gone = dict(replaced or {})
+    results = parallel(plan.calls, lambda c: _run_call(kube, c, gone, dry_run, timeout_s), max_concurrency, cancel)
     report = Report("StoreClear", columns(plan.scope.namespace))
     for call, outcome in zip(plan.calls, results, strict=True):
         if isinstance(outcome, NotRun):
@@ -188,7 +198,7 @@ def run_store(plan: StorePlan, *, dry_run: bool = False, max_concurrency: int = 
             report.add(row, ExitCode.INTERRUPTED)
             continue
         report.add(store_row(call, outcome), row_code(outcome))
-    disk_results = parallel(plan.disks, lambda d: run_disk(kube, d, dry_run=dry_run, timeout_s=max(timeout_s, 120.0)),
+    disk_results = parallel(plan.disks, lambda d: _run_disk(kube, d, gone, dry_run, max(timeout_s, 120.0)),
                             max_concurrency, cancel)
     for disk, outcome in zip(plan.disks, disk_results, strict=True):
         if isinstance(outcome, NotRun):
@@ -199,6 +209,36 @@ def run_store(plan: StorePlan, *, dry_run: bool = False, max_concurrency: int = 
         report.add(disk_row(disk, outcome), row_code(outcome))
     add_unknown(report, plan)
     return report
+
+
+def _run_call(kube: Any, call: StoreCall, gone: Mapping[tuple[str, str], Sequence[str]], dry_run: bool,
+              timeout_s: float) -> StoreResult:
+    if call.scope == "worker" and gone:
+        pods = [(u.pod.namespace, u.pod.name) for u in call.store.users if u.targeted]
+        if pods and all(p in gone for p in pods):
+            new = sorted({n for p in pods for n in gone[p]})
+            return StoreResult("replaced", message=(
+                "the pod was replaced by the restart, and its in-process LMCache CPU tier with it"
+                + (f"; the new pod(s) {', '.join(new)} start cold" if new else "")))
+    return run_call(kube, call, dry_run=dry_run, timeout_s=timeout_s)
+
+
+def _run_disk(kube: Any, call: DiskCall, gone: Mapping[tuple[str, str], Sequence[str]], dry_run: bool,
+              timeout_s: float) -> StoreResult:
+    if gone and any((call.namespace, c.pod) in gone for c in call.choices):
+        if call.volume and call.volume.startswith("emptyDir") and \
+                all((call.namespace, c.pod) in gone for c in call.choices):
+            return StoreResult("replaced", unit="files", message=(
+                f"the restart replaced the pod, and its {call.volume} went with it: the new pod starts with an "
+                "empty directory"))
+        choices: list[ExecChoice] = []
+        for c in call.choices:
+            if (call.namespace, c.pod) in gone:
+                choices += [ExecChoice(n, c.container, c.root) for n in gone[(call.namespace, c.pod)]]
+            else:
+                choices.append(c)
+        call = dataclasses.replace(call, choices=tuple(dict.fromkeys(choices)))
+    return run_disk(kube, call, dry_run=dry_run, timeout_s=timeout_s)
 
 
 #: What empties a pod's in-process LMCache CPU tier, by store kind (``StoreClear`` ``store``).

@@ -140,7 +140,7 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
         others = _names(store.others())
         blocked = outside
         if store.kind not in METHODS:
-            blocked = blocked or f"not cleared by this version; {remedy(store.kind, store.address)}"
+            blocked = blocked or f"{_no_clear(store.kind)}; {remedy(store.kind, store.address)}"
         elif blocked is None and not shared:
             if others:
                 blocked = (f"store-wide clear, and {len(others)} pod(s) outside the targets use this store "
@@ -150,6 +150,13 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
                            f"may hold other users: give {SHARED_FLAG} to empty it anyway")
         calls.append(StoreCall(store, "store", None, _method(store, None), blocked, others))
     return _without_covered_workers(calls)
+
+
+def _no_clear(kind: StoreKind) -> str:
+    """Why a kind without a :data:`METHODS` entry gets no call."""
+    if kind is StoreKind.LMCACHE_SERVER:
+        return "an LMCache server (lm://) offers no clear or delete call"
+    return f"no clear call is known for a {kind.value} store"
 
 
 def _without_covered_workers(calls: list[StoreCall]) -> list[StoreCall]:
