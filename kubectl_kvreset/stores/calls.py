@@ -135,6 +135,9 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
                 elif others and not shared:
                     blocked = (f"{len(others)} pod(s) outside the targets serve {model} against this store "
                                f"({', '.join(others)}): give {SHARED_FLAG} to remove its keys anyway")
+                elif store.unlisted and not shared:
+                    blocked = (f"namespaces that cannot be listed ({', '.join(store.unlisted)}) may hold pods "
+                               f"serving {model} against this store: give {SHARED_FLAG} to remove its keys anyway")
                 calls.append(StoreCall(store, "model", model, _method(store, model), blocked, others))
             continue
         others = _names(store.others())
