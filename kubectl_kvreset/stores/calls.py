@@ -128,7 +128,11 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
             for model in models:
                 others = _names(store.others(model))
                 blocked = outside
-                if blocked is None and model is None:
+                if blocked is None and store.address is not None and store.address.scheme == "redis-sentinel":
+                    blocked = ("a redis-sentinel URL names the Sentinels, which hold no keys: the keys are on the "
+                               "master they elect (redis-cli -h SENTINEL -p 26379 SENTINEL get-master-addr-by-name "
+                               f"NAME); there, {remedy(store.kind, None, model=model)}")
+                elif blocked is None and model is None:
                     blocked = "the model name is unknown: a per-model clear is impossible"
                 elif outside is not None:
                     blocked = f"{res.message}; {remedy(store.kind, store.address, model=model)}"

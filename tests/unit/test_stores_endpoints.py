@@ -72,3 +72,43 @@ def test_a_single_endpoint_is_cleared_as_before(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(clear_mod.CLEARERS, StoreKind.REDIS, _fake(keys, seen))
     done = run_call(None, _call(StoreKind.REDIS, Endpoint("st", "kv-0", 6379)))  # type: ignore[arg-type]
     assert (done.result, done.before, done.after, done.message) == ("emptied", 3, 0, None)
+
+
+def test_redis_remedy_has_the_same_connection_on_both_sides_and_the_escaped_pattern() -> None:
+    from kubectl_kvreset.stores.config import parse_address
+    from kubectl_kvreset.stores.resolve import remedy
+
+    tls = remedy(StoreKind.REDIS, parse_address("rediss://user:pw@ext.example.com:6380/3"), model="org/model*v")
+    assert "redis-cli -h ext.example.com -p 6380 -n 3 --tls --scan --pattern 'org/model\\*v@*'" in tls, tls
+    assert "| xargs redis-cli -h ext.example.com -p 6380 -n 3 --tls UNLINK" in tls, tls
+    assert "pw" not in tls
+    sock = remedy(StoreKind.REDIS, parse_address("unix:///run/redis.sock"), model="m")
+    assert "redis-cli -s /run/redis.sock --scan --pattern 'm@*' | xargs redis-cli -s /run/redis.sock UNLINK" in sock
+    assert "None" not in sock and "-h  " not in sock
+
+
+def _redis_store(url: str, *, unlisted: tuple[str, ...] = ()) -> FoundStore:
+    from kubectl_kvreset.stores.config import parse_address
+
+    addr = parse_address(url)
+    use = StoreUse(StoreKind.REDIS, addr, "model", model="org/m")
+    return FoundStore(StoreKind.REDIS, addr, Resolution("service", "st", "kv", addr.port, (Endpoint("st", "kv-0", 6379),)),
+                      (StoreUser(_Pod("a"), use, True),), unlisted)  # type: ignore[arg-type]
+
+
+def test_per_model_clear_needs_consent_where_namespaces_cannot_be_listed() -> None:
+    from kubectl_kvreset.stores.calls import plan_calls
+
+    [free] = plan_calls([_redis_store("redis://kv:6379")], shared=False)
+    assert free.blocked is None
+    [held] = plan_calls([_redis_store("redis://kv:6379", unlisted=("other namespaces",))], shared=False)
+    assert held.blocked is not None and "cannot be listed" in held.blocked and "--shared-stores" in held.blocked
+    [given] = plan_calls([_redis_store("redis://kv:6379", unlisted=("other namespaces",))], shared=True)
+    assert given.blocked is None
+
+
+def test_a_sentinel_url_is_never_scanned() -> None:
+    from kubectl_kvreset.stores.calls import plan_calls
+
+    [call] = plan_calls([_redis_store("redis-sentinel://kv:26379")], shared=True)
+    assert call.blocked is not None and "Sentinels, which hold no keys" in call.blocked, call
