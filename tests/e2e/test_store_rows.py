@@ -233,7 +233,7 @@ def test_terminal_prompt_shows_the_counts_and_where_and_eof_changes_nothing(clus
     done = run_on_tty(cluster, args, "n\n")
     assert done.returncode == 1 and "nothing changed" in done.stderr, done.stderr
     assert "POST /purge" in done.stderr and str(KEYS) in done.stderr, done.stderr
-    assert f'Clear these stores, found from context "' in done.stderr and f'namespace "{NS}"' in done.stderr
+    assert 'Clear these stores, found from context "' in done.stderr and f'namespace "{NS}"' in done.stderr
     assert _store(cluster)["keys"] == KEYS and _store(cluster)["purge_calls"] == 0
     # end of input at the prompt: a plain "nothing changed", no internal error
     done = run_on_tty(cluster, args, "\x04")
