@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .servecmd import ConfigReader, ServeCommandError, ServeConfig, parse_container
-from .tiers import KVLayout, layout_from_serve
+from .tiers import LMCACHE_CONNECTORS, KVLayout, layout_from_serve
 
 #: Pod labels by which llm-d and its neighbours mark vLLM server pods, per era
 #: (llm-d ``guides/**``, llm-d-modelservice ``_helpers.tpl``, KServe ``workload_single_node.go``).
@@ -177,6 +177,30 @@ def pod_env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, s
                 if m:
                     env[name] = str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
     return env
+
+
+def lmcache_env_unread(container: Mapping[str, Any]) -> list[str]:
+    """Notes for ``LMCACHE_*`` settings the pod spec does not hold literally: an ``env`` entry
+    with ``valueFrom`` a ConfigMap or Secret key, and ``envFrom`` sources (which may set any
+    ``LMCACHE_*``). The tier list here reads literal values only, so a remote store or disk
+    configured that way is missing from it; ``clear-store`` reads those sources (and needs
+    ``get`` on them)."""
+    out: list[str] = []
+    for entry in container.get("env") or []:
+        name = str(entry.get("name") or "")
+        source = (entry.get("valueFrom") or {}) if name.startswith("LMCACHE_") else {}
+        for kind, key in (("ConfigMap", "configMapKeyRef"), ("Secret", "secretKeyRef")):
+            ref = source.get(key)
+            if isinstance(ref, Mapping):
+                out.append(f"{name} comes from {kind} {ref.get('name')} key {ref.get('key')}, not read here: a store or "
+                           "disk it names is not in the tiers (clear-store reads it)")
+    for src in container.get("envFrom") or []:
+        for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
+            ref = src.get(key)
+            if isinstance(ref, Mapping):
+                out.append(f"envFrom {kind} {ref.get('name')} may set LMCACHE_* settings, not read here: a store or "
+                           "disk it names is not in the tiers (clear-store reads it)")
+    return out
 
 
 def expand_k8s_refs(text: str, env: Mapping[str, str]) -> str:
@@ -346,6 +370,8 @@ def _describe_container(pod: Mapping[str, Any], container: Mapping[str, Any], cf
     ports = tuple(ApiPort(p, cfg.scheme, fronts.get(p)) for p in cfg.api_ports)
     if cfg.unresolved_vars:
         notes.append("unresolved variables in the command: " + ", ".join(cfg.unresolved_vars))
+    if any(c in LMCACHE_CONNECTORS for c in layout.connectors):
+        notes.extend(lmcache_env_unread(container))
     notes.extend(cfg.notes)
     status = pod.get("status") or {}
     return VllmPod(

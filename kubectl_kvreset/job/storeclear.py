@@ -33,6 +33,10 @@ def columns(scope: str | None) -> list[Column]:
     return cols[1:] if scope is not None else cols
 
 
+#: What a store kind's ``before``/``after`` count, for rows with no answer yet (planned, left).
+DEFAULT_UNITS = {"lmcache-mp": "objects"}
+
+
 def store_row(call: StoreCall, outcome: StoreResult | None = None) -> dict[str, Any]:
     """One ``StoreClear`` row: the plan (``planned`` or ``left``) or, with ``outcome``, what
     happened (``emptied``, ``left``, ``failed``).
@@ -50,7 +54,7 @@ def store_row(call: StoreCall, outcome: StoreResult | None = None) -> dict[str, 
         message = call.blocked
         before = after = None
         via = None
-        unit = "keys"
+        unit = DEFAULT_UNITS.get(store.kind.value, "keys")
     else:
         result, message, before, after, via, unit = (outcome.result, outcome.message, outcome.before,
                                                     outcome.after, outcome.via, outcome.unit)

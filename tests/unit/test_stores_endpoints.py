@@ -112,3 +112,21 @@ def test_a_sentinel_url_is_never_scanned() -> None:
 
     [call] = plan_calls([_redis_store("redis-sentinel://kv:26379")], shared=True)
     assert call.blocked is not None and "Sentinels, which hold no keys" in call.blocked, call
+
+
+def test_lmcache_settings_from_a_secret_or_envfrom_are_said_not_read_in_the_tiers() -> None:
+    from kubectl_kvreset.pods import describe_pod
+
+    pod = {"metadata": {"name": "p", "namespace": "st", "uid": "u1", "labels": {"llm-d.ai/inference-serving": "true"}},
+           "spec": {"containers": [{
+               "name": "vllm", "image": "vllm/vllm-openai:v0.32.0",
+               "command": ["vllm", "serve", "org/m"],
+               "args": ["--kv-transfer-config", '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}'],
+               "env": [{"name": "LMCACHE_REMOTE_URL", "valueFrom": {"secretKeyRef": {"name": "redis-url", "key": "url"}}}],
+               "envFrom": [{"configMapRef": {"name": "lmc"}}]}]},
+           "status": {"phase": "Running"}}
+    described = describe_pod(pod)
+    assert described is not None
+    notes = " | ".join(described.notes)
+    assert "LMCACHE_REMOTE_URL comes from Secret redis-url key url, not read here" in notes, notes
+    assert "envFrom ConfigMap lmc may set LMCACHE_* settings" in notes, notes
