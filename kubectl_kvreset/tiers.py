@@ -87,7 +87,7 @@ class Tier:
             ``shared_storage_path`` / LMCache ``local_disk``).
         tier_type: FS tier type: ``"fs"``, ``"fs_python"``, legacy ``"shared_storage"`` or
             ``"lmcache_local_disk"``; for a SHARED Tiering tier its ``type``.
-        store: SHARED: ``"lmcache-server"``, ``"redis"``, ``"valkey"``, ``"mooncake-master"``,
+        store: SHARED: ``"lmcache-mp"`` (an MP server), ``"lmcache-server"`` (``lm://``), ``"redis"``, ``"valkey"``, ``"mooncake-master"``,
             ``"infinistore"``, ``"s3"``, ``"lmcache-fs"``, ``"tiering-<type>"``...
         endpoint: SHARED: the address when the config names it (URL or host:port).
     """
@@ -236,7 +236,7 @@ def _walk(cfg: Mapping[str, Any], env: Mapping[str, str], connectors: list[str],
         port = extra.get("lmcache.mp.port")
         endpoint = f"{host}:{port}" if host and port else (str(host) if host else None)
         tiers.append(Tier(kind=TierKind.SHARED, connector=name, spec=None,
-                          store="lmcache-server", endpoint=endpoint))
+                          store="lmcache-mp", endpoint=endpoint))
     elif name == MOONCAKE_STORE_CONNECTOR:
         tiers.append(Tier(kind=TierKind.SHARED, connector=name, spec=None,
                           store="mooncake-master", endpoint=_mooncake_endpoint(extra, env)))

@@ -531,9 +531,9 @@ def _join(states: list[str]) -> str | None:
 #: row says ``emptied``, confirmed by the store's own count).
 EMPTIED_BY_CLEAR_STORE = "emptied by clear-store"
 
-#: :attr:`Tier.store` of the shared tier a store kind is, where the names differ
-#: (the MP connector's tier is named ``lmcache-server``, its store kind ``lmcache-mp``).
-_TIER_STORE = {"lmcache-mp": "lmcache-server"}
+#: :attr:`Tier.store` of the shared tier a store kind is, where the names differ (none now:
+#: tiers.py names each shared tier by its store kind).
+_TIER_STORE: dict[str, str] = {}
 
 #: ``StoreClear`` ``store`` of an LMCache local-disk deletion (job/storedisk.py), which empties
 #: the pod's ``lmcache_local_disk`` FS tier.

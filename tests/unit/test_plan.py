@@ -34,7 +34,7 @@ LMCACHE_DISK = Tier(TierKind.FS, "LMCacheConnectorV1", None, root_dir="/d",
                     tier_type="lmcache_local_disk")
 LMCACHE_REDIS = Tier(TierKind.SHARED, "LMCacheConnectorV1", None, store="redis",
                      endpoint="redis://r:6379")
-LMCACHE_MP = Tier(TierKind.SHARED, "LMCacheMPConnector", None, store="lmcache-server")
+LMCACHE_MP = Tier(TierKind.SHARED, "LMCacheMPConnector", None, store="lmcache-mp")
 UNKNOWN_CPU = Tier(TierKind.CPU, "SomeVendorConnector", None)
 
 

@@ -171,7 +171,7 @@ def test_lmcache_mp_connector_is_shared_server() -> None:
         "kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
         "kv_connector_extra_config": {"lmcache.mp.host": "tcp://10.0.0.1", "lmcache.mp.port": 6555}})
     assert layout.tiers == (GPU, Tier(TierKind.SHARED, "LMCacheMPConnector", None,
-                                      store="lmcache-server", endpoint="tcp://10.0.0.1:6555"))
+                                      store="lmcache-mp", endpoint="tcp://10.0.0.1:6555"))
 
 
 def test_mooncake_store_endpoint_from_env() -> None:
