@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..discovery import discover
-from ..fstier import plan_fs_clear, run_fs_clear, sharing_message
+from ..fstier import run_fs_clear, sharing_message
 from ..kube import KubeError
 from ..plan import STEP_API_RESET, STEP_CLEAR_FS, STEP_DEVMODE, STEP_RESTART
 from ..podapi import PodRef, ResetResult, reset
@@ -21,6 +21,7 @@ from ..pods import ApiPort, Owner, VllmPod
 from ..pool import NOT_RUN, Cancel, NotRun, parallel
 from ..rollout import DevModeResult, restart_owners, run_phased, set_dev_mode
 from ..vllm_api import ResetOutcome
+from .fsclear import plan_fs_shared
 from .outcome import Outcome, OwnerKey, PortKey, RunResults, build_outcome, owner_result_ok
 from .planning import Plan, PodPlan, dev_mode_on, promote
 from .planning import pod_plan as plan_one_pod
@@ -74,8 +75,8 @@ def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], N
 
     fs_pods = [p.pod for p in pods if p.has(STEP_CLEAR_FS)]
     if fs_pods and not cancel.is_set():
-        targets = plan_fs_clear(fs_pods, scope.universe, model_only=options.model_only,
-                                whole_tier=options.whole_tier)
+        targets = plan_fs_shared(scope, fs_pods, notes, model_only=options.model_only,
+                                 whole_tier=options.whole_tier)
         fs_results = parallel(targets, lambda t: run_fs_clear(scope.kube, t), options.max_concurrency, cancel)
         for target, fs_result in zip(targets, fs_results, strict=True):
             if isinstance(fs_result, NotRun):

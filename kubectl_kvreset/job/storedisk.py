@@ -107,12 +107,17 @@ def _overlaps(a: str, b: str) -> bool:
 
 
 def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod], cache: dict[Any, Any], *,
-               shared: bool, list_pods: Callable[[], Sequence[Mapping[str, Any]]] | None = None) -> list[DiskCall]:
+               shared: bool,
+               list_pods: Callable[[Sequence[tuple[str, ...]]], tuple[Sequence[Mapping[str, Any]], str | None]]
+               | None = None) -> list[DiskCall]:
     """The deletions of the targeted ``pods``' LMCache local disks (module docstring rules).
 
     ``universe``: every vLLM pod the plugin sees (others writing to the same storage);
-    ``list_pods``: called only when a disk was found, gives any other pod objects (API dicts)
-    that may mount it (the targets' namespaces' pods); ``cache``: the
+    ``list_pods``: called only when a disk was found, with the disks' volume identities; gives
+    any other pod objects (API dicts) that may mount them (the targets' namespaces' pods, every
+    namespace's for a hostPath/NFS volume) and, when some namespaces could not be listed, the
+    OTHER PODS entry standing for their pods, added to every hostPath/NFS disk (DESIGN §6);
+    ``cache``: the
     ConfigMaps/Secrets read so far (:func:`~kubectl_kvreset.stores.find.pod_config`). Refused
     directories are calls with ``blocked`` set. Never raises for odd configurations.
     """
@@ -145,7 +150,11 @@ def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod],
     mounted: list[tuple[tuple[str, ...], str, str]] = []
     writers: list[tuple[tuple[str, ...], str, str, str | None]] = []
     seen: set[tuple[str, str]] = set()
-    extra = list(list_pods()) if groups and list_pods is not None else []
+    extra: list[Mapping[str, Any]] = []
+    unlisted: str | None = None
+    if groups and list_pods is not None:
+        listed, unlisted = list_pods([g.identity for g in groups.values()])
+        extra = list(listed)
     for obj in [p.raw for p in universe] + extra:
         meta = obj.get("metadata") or {}
         ident = (str(meta.get("namespace", "")), str(meta.get("name", "")))
@@ -155,6 +164,8 @@ def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod],
         for c in (obj.get("spec") or {}).get("containers") or []:
             for m in pod_mounts(obj, str(c.get("name", ""))):
                 mounted.append((m.identity, m.base, f"{ident[0]}/{ident[1]}"))
+    if unlisted is not None:
+        mounted += [(g.identity, g.volume_path, unlisted) for g in groups.values() if g.identity[0] in ("hostPath", "nfs")]
     for pod in universe if groups else ():
         if (pod.namespace, pod.name) in targeted:
             continue
