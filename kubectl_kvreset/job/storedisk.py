@@ -29,7 +29,7 @@ from typing import Any
 
 from ..fstier import ExecChoice, check_root, pod_mounts, python_argv
 from ..kube import Kube, KubeApiError, KubeConnectionError
-from ..pods import VllmPod
+from ..pods import VllmPod, describe_pod
 from ..stores.calls import SHARED_FLAG
 from ..stores.clear import StoreResult
 from ..stores.find import pod_config
@@ -106,6 +106,24 @@ def _overlaps(a: str, b: str) -> bool:
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
+def _cross_namespace_vllm(universe: Sequence[VllmPod], extra: Sequence[Mapping[str, Any]],
+                          groups: Mapping[Any, _Group]) -> list[VllmPod]:
+    """The vLLM pods among ``extra`` (pods of other namespaces, listed for a hostPath/NFS disk)
+    that are not in ``universe`` and mount one of the ``groups``' hostPath/NFS storage, so the
+    models whose files they write there are known."""
+    known = {(p.namespace, p.name) for p in universe}
+    wanted = {g.identity for g in groups.values() if g.identity[0] in ("hostPath", "nfs")}
+    found: list[VllmPod] = []
+    for obj in extra if wanted else ():
+        meta = obj.get("metadata") or {}
+        if (str(meta.get("namespace", "")), str(meta.get("name", ""))) in known:
+            continue
+        pod = describe_pod(obj)
+        if pod is not None and any(m.identity in wanted for m in pod_mounts(obj, pod.container)):
+            found.append(pod)
+    return found
+
+
 def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod], cache: dict[Any, Any], *,
                shared: bool,
                list_pods: Callable[[Sequence[tuple[str, ...]]], tuple[Sequence[Mapping[str, Any]], str | None]]
@@ -166,7 +184,7 @@ def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod],
                 mounted.append((m.identity, m.base, f"{ident[0]}/{ident[1]}"))
     if unlisted is not None:
         mounted += [(g.identity, g.volume_path, unlisted) for g in groups.values() if g.identity[0] in ("hostPath", "nfs")]
-    for pod in universe if groups else ():
+    for pod in [*universe, *_cross_namespace_vllm(universe, extra, groups)] if groups else ():
         if (pod.namespace, pod.name) in targeted:
             continue
         disk = _disk(kube, pod, cache)

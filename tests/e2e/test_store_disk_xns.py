@@ -52,12 +52,12 @@ def _name(cluster: SimCluster, ns: str, prefix: str) -> str:
     return f"{ns}/{pod['name']}"
 
 
-def _disk_cluster(sim: Callable[..., SimCluster], tmp_path: Path) -> tuple[SimCluster, Path]:
+def _disk_cluster(sim: Callable[..., SimCluster], tmp_path: Path, tb_model: str = "org/model-k") -> tuple[SimCluster, Path]:
     docs = "---\n".join([
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: ta}\n",
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: tb}\n",
         _in("ta", _vllm("hd-one", "org/model-h", env=DISK_ENV, mounts=DISK_MOUNT, volumes=DISK_VOL)),
-        _in("tb", _vllm("hd-two", "org/model-k", env=DISK_ENV, mounts=DISK_MOUNT, volumes=DISK_VOL)),
+        _in("tb", _vllm("hd-two", tb_model, env=DISK_ENV, mounts=DISK_MOUNT, volumes=DISK_VOL)),
     ])
     cluster = _start(sim, tmp_path, docs)
     # one simulated node: both pods' hostPath /srv/lmc is the same directory
@@ -94,6 +94,19 @@ def test_store_disk_on_a_hostpath_other_namespaces_use_is_per_model(sim: Callabl
     assert row["other_pods"] == ["pods of namespaces that cannot be listed"], row
     assert "cannot be listed (not permitted)" in done.stderr, done.stderr
     assert _pt(root, "org/model-h") == 0 and _pt(root, "org/model-k") == 3
+
+
+def test_store_disk_same_model_written_from_another_namespace_needs_consent(sim: Callable[..., SimCluster],
+                                                                         tmp_path: Path) -> None:
+    cluster, root = _disk_cluster(sim, tmp_path, tb_model="org/model-h")
+    _replant(root)
+    other = _name(cluster, "tb", "hd-two")
+    code, rows, err = cluster.run_json("clear-store", "-n", "ta", "hd-one", "--yes")
+    assert code == 1, (rows, err)
+    [row] = rows
+    assert (row["scope"], row["result"]) == ("model org/model-h", "left"), row
+    assert "--shared-stores" in row["message"] and other in row["message"], row
+    assert _pt(root, "org/model-h") == 4 and _pt(root, "org/model-k") == 3
 
 
 def _fs_cluster(sim: Callable[..., SimCluster], tmp_path: Path) -> SimCluster:
