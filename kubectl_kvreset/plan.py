@@ -354,7 +354,9 @@ def plan_pod_steps(effects: tuple[TierEffect, ...], *, dev_mode_on: bool | None,
     for e in shared:
         if dev_off or disruptive is not None or not e.emptied_by_api_reset:
             why = e.reason if not e.emptied_by_api_reset else "only the API reset empties it, and it is not run"
-            left.append(LeftTier(e.tier, why + "; outside the pods, a restart does not clear it", None))
+            if "restart does not clear it" not in why:
+                why += "; outside the pods, a restart does not clear it"
+            left.append(LeftTier(e.tier, why, None))
         elif steps and steps[0].action == STEP_API_RESET:
             steps[0] = Step(STEP_API_RESET, steps[0].empties + (e.tier,))
     return PodSteps(tuple(steps), tuple(left), needs)

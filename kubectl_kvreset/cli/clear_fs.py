@@ -80,7 +80,9 @@ def command(**params: Any) -> None:
         if params["dry_run"]:
             emit(shown_plan, params["output"], empty_message="Nothing to do.")
         info(shown_plan.render("table").rstrip())
-        if not click.confirm("Delete the contents of these FS tier roots?", default=False, err=True):
+        where = ctx.kube.where(all_namespaces=ctx.namespace is None)
+        if not params["dry_run"] and not click.confirm(f"Delete the contents of these FS tier roots on {where}?",
+                                                       default=False, err=True):
             info("nothing changed")
             sys.exit(int(ExitCode.FAILED))
     report = run_fs(plan, timeout_s=timeout, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED)

@@ -96,8 +96,12 @@ def command(**params: Any) -> None:
         emit(report, params["output"], empty_message="Nothing to do.")
         return
     if sys.stdin.isatty() and not params["yes"] and not plan.empty:
-        info(plan.report().render("table").rstrip())
-        if not click.confirm("Clear these stores?", default=False, err=True):
+        # what --dry-run shows: every call with its method, scope and the store's count now
+        shown = run_store(plan, dry_run=True, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED,
+                          timeout_s=timeout)
+        info(shown.render("wide").rstrip())
+        where = ctx.kube.where(all_namespaces=ctx.namespace is None)
+        if not click.confirm(f"Clear these stores, found from {where}?", default=False, err=True):
             info("nothing changed")
             sys.exit(int(ExitCode.FAILED))
     report = run_store(plan, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED, timeout_s=timeout)

@@ -174,6 +174,9 @@ def handle_errors(fn: F) -> F:
         except KeyboardInterrupt:
             info("interrupted")
             sys.exit(int(ExitCode.INTERRUPTED))
+        except click.Abort:  # end of input (or ^D) at a prompt: nothing was confirmed
+            info("no answer: nothing changed")
+            sys.exit(int(ExitCode.FAILED))
         except (click.ClickException, click.exceptions.Exit, SystemExit):
             raise
         except Exception as exc:  # a defect: say so in one line, never a traceback by default

@@ -128,13 +128,20 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
             for model in models:
                 others = _names(store.others(model))
                 blocked = outside
-                if blocked is None and model is None:
+                if blocked is None and store.address is not None and store.address.scheme == "redis-sentinel":
+                    blocked = ("a redis-sentinel URL names the Sentinels, which hold no keys: the keys are on the "
+                               "master they elect (redis-cli -h SENTINEL -p 26379 SENTINEL get-master-addr-by-name "
+                               f"NAME); there, {remedy(store.kind, None, model=model)}")
+                elif blocked is None and model is None:
                     blocked = "the model name is unknown: a per-model clear is impossible"
                 elif outside is not None:
                     blocked = f"{res.message}; {remedy(store.kind, store.address, model=model)}"
                 elif others and not shared:
                     blocked = (f"{len(others)} pod(s) outside the targets serve {model} against this store "
                                f"({', '.join(others)}): give {SHARED_FLAG} to remove its keys anyway")
+                elif store.unlisted and not shared:
+                    blocked = (f"namespaces that cannot be listed ({', '.join(store.unlisted)}) may hold pods "
+                               f"serving {model} against this store: give {SHARED_FLAG} to remove its keys anyway")
                 calls.append(StoreCall(store, "model", model, _method(store, model), blocked, others))
             continue
         others = _names(store.others())

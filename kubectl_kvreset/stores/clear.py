@@ -243,6 +243,14 @@ def run_call(kube: Kube, call: StoreCall, *, dry_run: bool = False, timeout_s: f
     clearer = CLEARERS.get(call.store.kind)
     if clearer is None:
         return StoreResult("left", message="not cleared by this version")
+    if call.store.kind in EVERY_ENDPOINT:
+        eps = call.store.resolution.endpoints
+        if len(eps) > 1:
+            return _every_endpoint(kube, call, clearer, eps, dry_run, timeout_s)
+    return _one(kube, call, clearer, ep, dry_run, timeout_s)
+
+
+def _one(kube: Kube, call: StoreCall, clearer: Clearer, ep: Endpoint, dry_run: bool, timeout_s: float) -> StoreResult:
     try:
         return clearer(kube, call, ep, dry_run, timeout_s)
     except STORE_ERRORS as exc:
@@ -251,6 +259,42 @@ def run_call(kube: Kube, call: StoreCall, *, dry_run: bool = False, timeout_s: f
         return StoreResult("failed", message=api_refusal(call, exc))
     except KubeConnectionError as exc:
         return StoreResult("failed", message=str(exc))
+
+
+#: Kinds whose every pod behind a Service holds keys of its own (independent Redis/Valkey
+#: pods, a Valkey cluster's nodes: ``SCAN`` covers only the node it is sent to; InfiniStore
+#: replicas): the clear goes to each endpoint and the row sums them. The MP server clearer
+#: walks its endpoints itself.
+EVERY_ENDPOINT = frozenset({StoreKind.REDIS, StoreKind.VALKEY, StoreKind.INFINISTORE})
+
+
+def _every_endpoint(kube: Kube, call: StoreCall, clearer: Clearer, eps: Sequence[Endpoint], dry_run: bool,
+                    timeout_s: float) -> StoreResult:
+    """``clearer`` on each endpoint of the store's Service; ``emptied`` only when every one is
+    (a pod not ready is not reached, so the row is ``left`` naming it)."""
+    parts: list[tuple[str, StoreResult]] = []
+    for e in eps:
+        name = f"{e.namespace}/{e.name}"
+        if not e.ready:
+            parts.append((name, StoreResult("left", message=f"pod {name} behind the Service is not ready: not cleared")))
+            continue
+        parts.append((name, _one(kube, call, clearer, e, dry_run, timeout_s)))
+    results = [r for _, r in parts]
+    counted = [r for r in results if r.before is not None]
+    before = sum(r.before or 0 for r in counted) if counted else None
+    afters = [r.after for r in results]
+    after = sum(a or 0 for a in afters) if all(a is not None for a in afters) else None
+    vias = ", ".join(r.via for r in results if r.via) or None
+    unit = results[0].unit if results else "keys"
+    if dry_run and all(r.result == "planned" for r in results):
+        return StoreResult("planned", before, before if after is None else after, unit=unit, via=vias)
+    order = ("failed", "left", "unconfirmed", "replaced", "emptied", "planned")
+    result = min((r.result for r in results), key=lambda r: order.index(r) if r in order else 0)
+    messages = [f"{name}: {r.result}" + (f" ({r.message})" if r.message else "")
+                for name, r in parts if r.result != "emptied" or r.message]
+    head = f"{len(eps)} pods behind the Service, each cleared"
+    return StoreResult(result, before, after, unit=unit, via=vias,
+                       message="; ".join([head, *messages]))
 
 
 def pod_object(kube: Kube, ep: Endpoint) -> dict[str, object] | None:

@@ -475,6 +475,10 @@ def _lmcache_uses(extra: Mapping[str, Any], env: Mapping[str, str], file_cfg: Ma
         text: Any = url
         if kind is StoreKind.MOONCAKE:
             text = options.get("mooncake_master_server_addr") or url.split("://", 1)[1]
+        elif scheme == "redis-sentinel" and "," in url.split("://", 1)[1].split("/", 1)[0]:
+            # LMCache's multi-sentinel form h1:p1,h2:p2: the first sentinel names the set
+            rest = url.split("://", 1)[1]
+            text = f"{scheme}://{rest.split(',', 1)[0]}"
         addr = _address(text, sources["remote_url"], notes)
         scope = "model" if kind in (StoreKind.REDIS, StoreKind.VALKEY) else "store"
         if scope == "model" and not model:

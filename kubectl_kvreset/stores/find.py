@@ -154,7 +154,7 @@ def cluster_index(kube: Kube, namespaces: Sequence[str]) -> ClusterIndex:
     services: list[dict[str, Any]] = []
     slices: list[dict[str, Any]] = []
     pods: list[dict[str, Any]] = []
-    unlisted = ["(other namespaces)"]
+    unlisted = ["other namespaces"]
     denied: list[str] = []
     for ns in dict.fromkeys(namespaces):
         try:

@@ -14,11 +14,12 @@ gives: LMCache controller ``--port`` 9000, MP server ``--http-port`` 8080, Moonc
 from __future__ import annotations
 
 import ipaddress
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import Address, StoreKind
+from .config import Address, StoreKind, glob_escape
 
 __all__ = ["ClusterIndex", "Endpoint", "Resolution", "admin_port", "remedy"]
 
@@ -244,15 +245,30 @@ class ClusterIndex:
         return Resolution("outside", message=why)
 
 
+def redis_cli_remedy(address: Address | None, model: str | None) -> str:
+    """The ``redis-cli`` pipeline that removes ``model``'s LMCache keys: the same connection
+    options on both sides (``-s`` for a Unix socket, ``-h``/``-p``, ``-n`` for a database in the
+    URL, ``--tls`` for ``rediss``; credentials are left to ``REDISCLI_AUTH``, never printed), and
+    the glob-escaped ``<model>@*`` pattern the plugin's own ``SCAN`` uses."""
+    if address is not None and address.path:
+        conn = f"-s {shlex.quote(address.path)}"
+    else:
+        conn = f"-h {address.host if address else 'HOST'} -p {(address.port if address else None) or 6379}"
+    if address is not None and address.db:
+        conn += f" -n {address.db}"
+    if address is not None and address.tls:
+        conn += " --tls"
+    pattern = shlex.quote(f"{glob_escape(model)}@*") if model else "'<model>@*'"
+    return f"redis-cli {conn} --scan --pattern {pattern} | xargs redis-cli {conn} UNLINK"
+
+
 def remedy(kind: StoreKind, address: Address | None, *, model: str | None = None) -> str:
     """What would clear a store the plugin cannot reach, as a command a user can run where the
     store is reachable (research/lmcache.md §1-§5)."""
     where = address.display() if address else "the store"
     host = f"{address.host}" if address else "HOST"
     if kind in (StoreKind.REDIS, StoreKind.VALKEY):
-        pattern = f"'{model}@*'" if model else "'<model>@*'"
-        return (f"from where {where} is reachable: redis-cli -h {host} -p {address.port if address else 6379} "
-                f"--scan --pattern {pattern} | xargs redis-cli -h {host} UNLINK")
+        return f"from where {where} is reachable: {redis_cli_remedy(address, model)}"
     if kind is StoreKind.MOONCAKE:
         return f"POST http://{host}:9003/api/v1/remove_all?force=true on the Mooncake master (its metrics_port)"
     if kind is StoreKind.LMCACHE_CONTROLLER:

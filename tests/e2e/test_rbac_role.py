@@ -161,16 +161,16 @@ NEEDED: list[tuple[int, str, list[str], list[str]]] = [
 # the rules clear-store needs (index, command, words the failure must name), checked against a
 # real Redis in tests/peers/test_stores_rbac.py
 STORE_NEEDED: list[tuple[int, list[str], list[str]]] = [
-    (9, ["clear-store", "--all", "--yes"], ['cannot get resource "configmaps"']),
-    (10, ["clear-store", "--all", "--yes"], ['cannot list resource "services"']),
-    (11, ["clear-store", "--all", "--yes"], ['cannot list resource "endpointslices"']),
+    (9, ["clear-store", "--all", "--yes", "--shared-stores"], ['cannot get resource "configmaps"']),
+    (10, ["clear-store", "--all", "--yes", "--shared-stores"], ['cannot list resource "services"']),
+    (11, ["clear-store", "--all", "--yes", "--shared-stores"], ['cannot list resource "endpointslices"']),
 ]
 
 
 # the rule LMCache's worker API clear needs, checked against a real LMCache worker in
 # tests/peers/test_stores_lmcache.py
 LMCACHE_NEEDED: list[tuple[int, list[str], list[str]]] = [
-    (12, ["clear-store", "--all", "--yes"], ['cannot delete resource "pods/proxy"']),
+    (12, ["clear-store", "--all", "--yes", "--shared-stores"], ['cannot delete resource "pods/proxy"']),
 ]
 
 

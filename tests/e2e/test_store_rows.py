@@ -222,3 +222,21 @@ def test_infinistore_without_kvmap_len_is_unconfirmed(cluster: SimCluster) -> No
     assert row["via"] == f"{_name(cluster, 'kv-infini-old')}:18080"
     assert "does not answer GET /kvmap_len" in row["message"], row
     assert _pod(cluster, "kv-infini-old")["ports"]["18080"]["purge_calls"] == 1
+
+
+def test_terminal_prompt_shows_the_counts_and_where_and_eof_changes_nothing(cluster: SimCluster) -> None:
+    from .test_confirm import run_on_tty
+
+    _fresh_store(cluster)
+    args = ["clear-store", "-n", NS, "i-one", "i-two"]
+    # the prompt shows what --dry-run shows (method, count now) and names the context
+    done = run_on_tty(cluster, args, "n\n")
+    assert done.returncode == 1 and "nothing changed" in done.stderr, done.stderr
+    assert "POST /purge" in done.stderr and str(KEYS) in done.stderr, done.stderr
+    assert 'Clear these stores, found from context "' in done.stderr and f'namespace "{NS}"' in done.stderr
+    assert _store(cluster)["keys"] == KEYS and _store(cluster)["purge_calls"] == 0
+    # end of input at the prompt: a plain "nothing changed", no internal error
+    done = run_on_tty(cluster, args, "\x04")
+    assert done.returncode == 1 and "no answer: nothing changed" in done.stderr, done.stderr
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr
+    assert _store(cluster)["keys"] == KEYS

@@ -83,7 +83,10 @@ def _as_alice(sim: SimCluster, *args: str) -> tuple[int, str]:
 
 
 def test_full_role_clear_store(cluster: SimCluster) -> None:
+    # a Role of one namespace cannot see who else uses the store: the clear needs the flag
     code, out = _as_alice(cluster, "clear-store", "--all", "--yes")
+    assert code == 1 and "cannot be listed" in out and "--shared-stores" in out, out
+    code, out = _as_alice(cluster, "clear-store", "--all", "--yes", "--shared-stores")
     assert code == 0, out
     assert "emptied" in out and "forbidden" not in out.lower(), out
 
@@ -106,7 +109,8 @@ def test_forbidden_port_forward_row_names_the_permission_and_the_remedy(cluster:
     rules = full_rules()
     set_rules(cluster, copy.deepcopy([r for r in rules if r["resources"] != ["pods/portforward"]]))
     try:
-        done = cluster.run("clear-store", "--all", "--yes", "-o", "json", "-n", NS, "--context", f"sim-{USER}")
+        done = cluster.run("clear-store", "--all", "--yes", "--shared-stores", "-o", "json", "-n", NS,
+                           "--context", f"sim-{USER}")
     finally:
         set_rules(cluster, rules)
     assert done.returncode == 1, (done.stdout, done.stderr)

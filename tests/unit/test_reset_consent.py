@@ -63,9 +63,9 @@ def test_an_untargeted_user_of_the_master_holds_the_targets_reset() -> None:
 
 def test_unlisted_namespaces_and_an_unknown_master_count_as_other_users() -> None:
     one = vllm("one")
-    calls = plan_calls([master([(one, True)], unlisted=("(other namespaces)",))], shared=False)
+    calls = plan_calls([master([(one, True)], unlisted=("other namespaces",))], shared=False)
     hold = reset_holds([one], calls, shared=False)[one.uid]
-    assert hold.unlisted == ("(other namespaces)",) and "cannot be listed" in hold.reason()
+    assert hold.unlisted == ("other namespaces",) and "cannot be listed" in hold.reason()
     # the ConfigMap naming the master could not be read: other users cannot be ruled out
     unknown = reset_holds([one], [], ["st/one: MOONCAKE_CONFIG_PATH /m/mc.json: not permitted"], shared=False)
     assert unknown[one.uid].unknown == "MOONCAKE_CONFIG_PATH /m/mc.json: not permitted"
