@@ -167,7 +167,8 @@ class FsPlan:
 def plan_fs(scope: Scope, *, model_only: bool = False, whole_tier: bool = False) -> FsPlan:
     """Map the targeted pods' FS tier roots to their volumes (:func:`kubectl_kvreset.fstier.plan_fs_clear`),
     naming the pods outside the targets that mount the same volume (every pod of the targets'
-    namespaces is listed for that).
+    namespaces is listed for that, of every namespace for a hostPath/NFS volume:
+    :func:`sharing_pod_objects`).
 
     Raises:
         kubectl_kvreset.kube.KubeConnectionError: the API server did not answer a pod list.
