@@ -394,7 +394,8 @@ def _overlaps(a: str, b: str) -> bool:
 
 def plan_fs_clear(pods: Sequence[VllmPod], universe: Sequence[VllmPod], *, model_only: bool = False,
                   whole_tier: bool = False,
-                  other_pod_objects: Sequence[Mapping[str, Any]] = ()) -> list[FsVolumeTarget]:
+                  other_pod_objects: Sequence[Mapping[str, Any]] = (),
+                  unlisted: str | None = None) -> list[FsVolumeTarget]:
     """Plan the FS-tier deletion for the targeted ``pods``.
 
     Each root of each pod (:func:`fs_roots`) is checked with :func:`check_root` against the
@@ -409,7 +410,11 @@ def plan_fs_clear(pods: Sequence[VllmPod], universe: Sequence[VllmPod], *, model
         pods: the targeted vLLM pods (``VllmPod.raw`` must hold the pod object).
         universe: every vLLM pod in scope.
         model_only: delete only the served models' ``<model>_<hash12>[_r<N>]`` directories.
-        other_pod_objects: extra pod objects (API dicts) to check for sharing.
+        other_pod_objects: extra pod objects (API dicts) to check for sharing; a pod of another
+            namespace than the volume's targets is named ``namespace/name``.
+        unlisted: when set, the OTHER PODS entry naming pods of namespaces that could not be
+            listed: added to every hostPath/NFS volume (their identity spans namespaces), which
+            then counts as shared (DESIGN §6).
         whole_tier: on a volume that pods outside the targets also mount, delete every entry of
             the root anyway. Without it such a volume's deletion keeps to the directories of the
             models the targets serve (as ``model_only``), so other models' files are kept; a
@@ -454,8 +459,10 @@ def plan_fs_clear(pods: Sequence[VllmPod], universe: Sequence[VllmPod], *, model
         for c in ordered:
             if c not in seen:
                 seen.append(c)
-        sharing = sorted({name for ident, ns, path, name in others
+        sharing = sorted({name if ns == group.namespace else f"{ns}/{name}" for ident, ns, path, name in others
                           if ident == group.identity and _overlaps(path, group.volume_path)})
+        if unlisted is not None and group.identity[0] in ("hostPath", "nfs"):
+            sharing.append(unlisted)
         notes: list[str] = []
         # a volume pods outside the targets mount: only the targets' models, unless --whole-tier
         scoped = model_only or (bool(sharing) and not whole_tier)

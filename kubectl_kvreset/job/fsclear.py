@@ -49,6 +49,39 @@ def other_pod_objects(kube: Kube, namespaces: Sequence[str], notes: list[str]) -
     return found
 
 
+#: Volume kinds whose identity spans namespaces (:func:`kubectl_kvreset.fstier._volume_identity`:
+#: a hostPath is the node's directory, an NFS export the server's); PVCs and emptyDirs do not.
+CROSS_NAMESPACE = ("hostPath", "nfs")
+
+#: The OTHER PODS entry standing for the pods of namespaces that could not be listed (DESIGN §6).
+UNLISTED = "pods of namespaces that cannot be listed"
+
+
+def sharing_pod_objects(kube: Kube, namespaces: Sequence[str], identities: Sequence[tuple[str, ...]],
+                        notes: list[str]) -> tuple[list[Mapping[str, Any]], bool]:
+    """The pod objects that may mount the volumes of ``identities`` (volume identities of the
+    planned deletions), and whether some namespaces could not be listed.
+
+    With no hostPath/NFS identity (:data:`CROSS_NAMESPACE`) only ``namespaces`` are listed (one
+    list each, :func:`other_pod_objects`); with one, every namespace's pods are listed with one
+    cluster-wide list. When that list is refused, the namespaces' own lists are used, a note is
+    added to ``notes`` and the second item is True: pods there count as possible other users of
+    the hostPath/NFS volumes (DESIGN §6).
+
+    Raises:
+        kubectl_kvreset.kube.KubeConnectionError: the API server did not answer.
+    """
+    if not any(i and i[0] in CROSS_NAMESPACE for i in identities):
+        return other_pod_objects(kube, namespaces, notes), False
+    try:
+        return list(kube.list_items("v1", "pods", None)), False
+    except KubeApiError as exc:
+        why = "not permitted" if exc.status == 403 else str(exc)
+        notes.append(f"note: the pods of all namespaces cannot be listed ({why}); pods of other namespaces may "
+                     "use the hostPath/NFS volumes: only the targets' models' files are deleted there")
+        return other_pod_objects(kube, namespaces, notes), True
+
+
 def columns(scope: str | None) -> list[Column]:
     """Columns of the ``FsTierClear`` table (NAMESPACE only with ``-A``)."""
     cols = [Column("NAMESPACE", "namespace"), Column("VOLUME", "volume"), Column("ROOT", "root"),
@@ -134,15 +167,14 @@ class FsPlan:
 def plan_fs(scope: Scope, *, model_only: bool = False, whole_tier: bool = False) -> FsPlan:
     """Map the targeted pods' FS tier roots to their volumes (:func:`kubectl_kvreset.fstier.plan_fs_clear`),
     naming the pods outside the targets that mount the same volume (every pod of the targets'
-    namespaces is listed for that).
+    namespaces is listed for that, of every namespace for a hostPath/NFS volume:
+    :func:`sharing_pod_objects`).
 
     Raises:
         kubectl_kvreset.kube.KubeConnectionError: the API server did not answer a pod list.
     """
     notes: list[str] = []
-    others = other_pod_objects(scope.kube, sorted({p.namespace for p in scope.pods}), notes)
-    targets = plan_fs_clear(scope.pods, scope.universe, model_only=model_only, other_pod_objects=others,
-                            whole_tier=whole_tier)
+    targets = plan_fs_shared(scope, scope.pods, notes, model_only=model_only, whole_tier=whole_tier)
     for target in targets:
         shared = sharing_message(target)
         if shared is not None:
@@ -150,6 +182,22 @@ def plan_fs(scope: Scope, *, model_only: bool = False, whole_tier: bool = False)
     if not targets:
         notes.append("The targeted pods have no FS tier (no fs/fs_python secondary tier, no shared_storage_path).")
     return FsPlan(scope, tuple(targets), tuple(notes))
+
+
+def plan_fs_shared(scope: Scope, pods: Sequence[Any], notes: list[str], *, model_only: bool = False,
+                   whole_tier: bool = False) -> list[FsVolumeTarget]:
+    """:func:`kubectl_kvreset.fstier.plan_fs_clear` for ``pods`` with the other users of their
+    volumes found by :func:`sharing_pod_objects` (every namespace for a hostPath/NFS volume);
+    notes on namespaces that could not be listed are added to ``notes``.
+
+    Raises:
+        kubectl_kvreset.kube.KubeConnectionError: the API server did not answer a pod list.
+    """
+    first = plan_fs_clear(pods, scope.universe, model_only=model_only, whole_tier=whole_tier)
+    identities = [(t.key.split("/", 1)[0],) for t in first if t.refusal is None]
+    others, unlisted = sharing_pod_objects(scope.kube, sorted({p.namespace for p in pods}), identities, notes)
+    return plan_fs_clear(pods, scope.universe, model_only=model_only, other_pod_objects=others,
+                         whole_tier=whole_tier, unlisted=UNLISTED if unlisted else None)
 
 
 def run_fs(plan: FsPlan, *, timeout_s: float, max_concurrency: int, cancel: Cancel | None = None) -> FsReport:

@@ -151,12 +151,16 @@ def plan_store(scope: Scope, *, shared: bool = False, extra_universe: Sequence[A
             for use in uses:
                 if use.address is None:
                     unknown.append(f"{pod.namespace}/{pod.name}: " + "; ".join([*use.notes, *pod_notes]))
-    from .fsclear import other_pod_objects
+    from .fsclear import UNLISTED, sharing_pod_objects
 
     disk_notes: list[str] = []
     namespaces = sorted({p.namespace for p in scope.pods})
-    disks = tuple(plan_disks(scope.kube, scope.pods, scope.universe, cache, shared=shared,
-                             list_pods=lambda: other_pod_objects(scope.kube, namespaces, disk_notes)))
+
+    def list_pods(identities: Sequence[tuple[str, ...]]) -> tuple[list[Any], str | None]:
+        found, unlisted = sharing_pod_objects(scope.kube, namespaces, identities, disk_notes)
+        return found, UNLISTED if unlisted else None
+
+    disks = tuple(plan_disks(scope.kube, scope.pods, scope.universe, cache, shared=shared, list_pods=list_pods))
     if not named:
         none = () if disks else ("The targeted pods use no shared store outside the pods.",)
         return StorePlan(scope, (), (*none, *disk_notes), tuple(unknown), disks)

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..fstier import ExecChoice, check_root, pod_mounts, python_argv
 from ..kube import Kube, KubeApiError, KubeConnectionError
-from ..pods import VllmPod
+from ..pods import VllmPod, describe_pod
 from ..stores.calls import SHARED_FLAG
 from ..stores.clear import StoreResult
 from ..stores.find import pod_config
@@ -106,13 +106,36 @@ def _overlaps(a: str, b: str) -> bool:
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
+def _cross_namespace_vllm(universe: Sequence[VllmPod], extra: Sequence[Mapping[str, Any]],
+                          groups: Mapping[Any, _Group]) -> list[VllmPod]:
+    """The vLLM pods among ``extra`` (pods of other namespaces, listed for a hostPath/NFS disk)
+    that are not in ``universe`` and mount one of the ``groups``' hostPath/NFS storage, so the
+    models whose files they write there are known."""
+    known = {(p.namespace, p.name) for p in universe}
+    wanted = {g.identity for g in groups.values() if g.identity[0] in ("hostPath", "nfs")}
+    found: list[VllmPod] = []
+    for obj in extra if wanted else ():
+        meta = obj.get("metadata") or {}
+        if (str(meta.get("namespace", "")), str(meta.get("name", ""))) in known:
+            continue
+        pod = describe_pod(obj)
+        if pod is not None and any(m.identity in wanted for m in pod_mounts(obj, pod.container)):
+            found.append(pod)
+    return found
+
+
 def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod], cache: dict[Any, Any], *,
-               shared: bool, list_pods: Callable[[], Sequence[Mapping[str, Any]]] | None = None) -> list[DiskCall]:
+               shared: bool,
+               list_pods: Callable[[Sequence[tuple[str, ...]]], tuple[Sequence[Mapping[str, Any]], str | None]]
+               | None = None) -> list[DiskCall]:
     """The deletions of the targeted ``pods``' LMCache local disks (module docstring rules).
 
     ``universe``: every vLLM pod the plugin sees (others writing to the same storage);
-    ``list_pods``: called only when a disk was found, gives any other pod objects (API dicts)
-    that may mount it (the targets' namespaces' pods); ``cache``: the
+    ``list_pods``: called only when a disk was found, with the disks' volume identities; gives
+    any other pod objects (API dicts) that may mount them (the targets' namespaces' pods, every
+    namespace's for a hostPath/NFS volume) and, when some namespaces could not be listed, the
+    OTHER PODS entry standing for their pods, added to every hostPath/NFS disk (DESIGN §6);
+    ``cache``: the
     ConfigMaps/Secrets read so far (:func:`~kubectl_kvreset.stores.find.pod_config`). Refused
     directories are calls with ``blocked`` set. Never raises for odd configurations.
     """
@@ -145,7 +168,11 @@ def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod],
     mounted: list[tuple[tuple[str, ...], str, str]] = []
     writers: list[tuple[tuple[str, ...], str, str, str | None]] = []
     seen: set[tuple[str, str]] = set()
-    extra = list(list_pods()) if groups and list_pods is not None else []
+    extra: list[Mapping[str, Any]] = []
+    unlisted: str | None = None
+    if groups and list_pods is not None:
+        listed, unlisted = list_pods([g.identity for g in groups.values()])
+        extra = list(listed)
     for obj in [p.raw for p in universe] + extra:
         meta = obj.get("metadata") or {}
         ident = (str(meta.get("namespace", "")), str(meta.get("name", "")))
@@ -155,7 +182,9 @@ def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod],
         for c in (obj.get("spec") or {}).get("containers") or []:
             for m in pod_mounts(obj, str(c.get("name", ""))):
                 mounted.append((m.identity, m.base, f"{ident[0]}/{ident[1]}"))
-    for pod in universe if groups else ():
+    if unlisted is not None:
+        mounted += [(g.identity, g.volume_path, unlisted) for g in groups.values() if g.identity[0] in ("hostPath", "nfs")]
+    for pod in [*universe, *_cross_namespace_vllm(universe, extra, groups)] if groups else ():
         if (pod.namespace, pod.name) in targeted:
             continue
         disk = _disk(kube, pod, cache)

@@ -289,6 +289,22 @@ def test_other_pods_sharing_the_volume_are_named() -> None:
     assert t.other_pods == ("loader", "p0")  # not x0 (a disjoint subPath) nor y0 (another namespace's claim)
 
 
+HOST_VOL = {"name": "kv", "hostPath": {"path": "/srv/kv"}}
+
+
+def test_a_hostpath_is_shared_across_namespaces_on_one_node_and_unlisted_namespaces_count() -> None:
+    targeted = [pod("d0", ktc_fs("/mnt/files-storage/kv"), volumes=[HOST_VOL])]
+    same_node = pod("b0", ktc_fs("/mnt/files-storage/kv"), volumes=[HOST_VOL], ns="tb", owner="b", model="org/b")
+    other_node = pod("c0", ktc_fs("/mnt/files-storage/kv"), volumes=[HOST_VOL], ns="tc", owner="c", node="node-b")
+    (t,) = plan_fs_clear(targeted, targeted, other_pod_objects=[same_node.raw, other_node.raw])
+    assert t.other_pods == ("tb/b0",) and t.model_only  # not c0: the same path on another node
+    (t,) = plan_fs_clear(targeted, targeted, unlisted="pods of namespaces that cannot be listed")
+    assert t.other_pods == ("pods of namespaces that cannot be listed",) and t.model_only
+    # a PVC is per namespace: namespaces that cannot be listed cannot share it
+    (t,) = plan_fs_clear([pod("d0", ktc_fs("/mnt/files-storage/kv"))], [], unlisted="unlisted")
+    assert t.other_pods == () and not t.model_only
+
+
 def test_refusals_are_grouped_and_keep_the_pods() -> None:
     pods = [pod(f"d{i}", ktc_fs("/cache/kv")) for i in range(3)] + [pod("r", ktc_fs("relative"), owner="r")]
     targets = plan_fs_clear(pods, pods)
