@@ -585,6 +585,21 @@ def with_store_results(outcome: Outcome, plan: Plan, calls: Sequence[StoreCall],
     return replace(outcome, ports=tuple(ports), report=report)
 
 
+def _after_store(po: PortOutcome, tiers: Mapping[str, Sequence[str]], left: Sequence[Any],
+                 unconfirmed: bool) -> tuple[str, ExitCode]:
+    """The row's result once the store step changed some of its tiers: a row ``partial`` only
+    for tiers that are now done becomes ``emptied`` (``unconfirmed`` where a tier or an entry
+    is); any other result stays (the rule of :func:`port_outcome`: never ``emptied`` while a
+    tier is left)."""
+    done = ("emptied", "unconfirmed", "replaced", EMPTIED_BY_CLEAR_STORE)
+    states = [st for v in tiers.values() for st in v]
+    if po.result != "partial" or left or not all(st in done for st in states):
+        return po.result, po.code
+    if unconfirmed or "unconfirmed" in states:
+        return "unconfirmed", ExitCode.UNCONFIRMED
+    return "emptied", ExitCode.OK
+
+
 def _store_emptied(po: PortOutcome, plan: PodPlan, got: list[tuple[str, Mapping[str, Any]]]) -> PortOutcome:
     left, messages = list(po.left), list(po.messages)
     tiers = dict(po.tiers)
@@ -608,11 +623,7 @@ def _store_emptied(po: PortOutcome, plan: PodPlan, got: list[tuple[str, Mapping[
             messages.append(f"{label}: {EMPTIED_BY_CLEAR_STORE} (StoreClear {row.get('store')} "
                             f"{row.get('address') or ''} {row.get('scope') or ''}{counted})".replace("  ", " "))
         tiers[kind.value] = tuple(states)
-    result, code = po.result, po.code
-    done = ("emptied", "unconfirmed", "replaced", EMPTIED_BY_CLEAR_STORE)
-    if result == "partial" and not left and all(st in done for v in tiers.values() for st in v):
-        unconfirmed = bool(po.unconfirmed) or any(st == "unconfirmed" for v in tiers.values() for st in v)
-        result, code = ("unconfirmed", ExitCode.UNCONFIRMED) if unconfirmed else ("emptied", ExitCode.OK)
+    result, code = _after_store(po, tiers, left, bool(po.unconfirmed))
     return replace(po, tiers=tiers, left=tuple(left), messages=tuple(messages), result=result, code=code)
 
 
@@ -666,12 +677,7 @@ def with_lmcache_clears(plan: Plan, outcome: Outcome, cleared: dict[tuple[str, s
                     j += 1
             if drop:
                 remaining = tuple(lt for k, lt in enumerate(left) if k not in drop)
-                result, code = po.result, po.code
-                every = [st for v in cells.values() for st in v]
-                if po.result == "partial" and not remaining and \
-                        all(st in ("emptied", "unconfirmed", "replaced", EMPTIED_BY_CLEAR_STORE) for st in every):
-                    result, code = (("unconfirmed", ExitCode.UNCONFIRMED) if unconfirmed
-                                    else ("emptied", ExitCode.OK))
+                result, code = _after_store(po, cells, remaining, bool(unconfirmed))
                 po = dataclasses.replace(po, tiers={k: tuple(v) for k, v in cells.items()}, left=remaining,
                                          messages=tuple(messages), unconfirmed=tuple(unconfirmed),
                                          result=result, code=code)
