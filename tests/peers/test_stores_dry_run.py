@@ -86,7 +86,7 @@ def test_dry_run_lists_every_call_and_changes_nothing(both: SimCluster, tmp_path
     assert _counters(both) == before
     # the table lists the same calls (METHOD shows with -o wide)
     done = both.run("clear-store", *TARGETS, "--dry-run", "-o", "wide")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, (done.stdout, done.stderr)
     assert done.stdout.count("planned") == 3 and "POST /api/v1/remove_all?force=true" in done.stdout
     # clear --dry-run: the pods' plan, then the same store calls; still nothing changed
     code, rows, err = both.run_json("clear", *TARGETS, "--dry-run")

@@ -330,15 +330,24 @@ def _key_count(sim: SimCluster) -> int:
     raise AssertionError("no master_key_count")
 
 
+# The segment-holding client pod may still be mounting its segment when the pods are Ready: a
+# put is tried again (a key that exists already counts as written), for up to 10 s per key.
 SEED = textwrap.dedent("""\
     import sys
+    import time
     from mooncake.store import MooncakeDistributedStore
     master = sys.argv[1]
     s = MooncakeDistributedStore()
     rc = s.setup("127.0.0.1", f"http://{master}:8080/metadata", 0, 16 << 20, "tcp", "", f"{master}:50051")
     assert rc == 0, rc
     for i in range(int(sys.argv[2])):
-        assert s.put(f"org/model-m@tp_rank:0@pcp0@dcp0@pp_rank:0@{i:08x}", b"x" * 4096) == 0
+        key = f"org/model-m@tp_rank:0@pcp0@dcp0@pp_rank:0@{i:08x}"
+        for attempt in range(20):
+            if s.put(key, b"x" * 4096) == 0 or s.is_exist(key) == 1:
+                break
+            time.sleep(0.5)
+        else:
+            raise SystemExit(f"put {key} failed 20 times")
     """)
 
 
@@ -349,7 +358,8 @@ def _seed_mooncake(sim: SimCluster, keys: int, tmp: Path) -> None:
     script.write_text(SEED)
     ip = _pod(sim, "kv-mooncake-master")["pod_ip"]
     before = _key_count(sim)
-    subprocess.run([python, str(script), ip, str(keys)], check=True, timeout=120, capture_output=True)
+    done = subprocess.run([python, str(script), ip, str(keys)], timeout=180, capture_output=True, text=True)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
     deadline = time.monotonic() + 10
     while _key_count(sim) < before + keys and time.monotonic() < deadline:
         time.sleep(0.2)
