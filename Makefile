@@ -34,7 +34,7 @@ $(BIN)/.ready: requirements-dev.txt requirements-zipapp.txt setup.cfg
 # krew/boot.py, and each module gets its byte code beside it (hash-based, so the first run
 # unpacks and compiles nothing). The same sources give the same bytes in any directory.
 $(ZIPAPP): $(BIN)/.ready requirements-zipapp.txt krew/zipapp_main.py krew/boot.py krew/preamble.py krew/build.py \
-           $(shell find kubectl_kvreset -name '*.py' -o -name py.typed 2>/dev/null)
+           $(shell find kubectl_kvreset -name '*.py' -o -name py.typed -o -name '*.schema.json' 2>/dev/null)
 	rm -rf $(STAGE)
 	mkdir -p $(STAGE)/site-packages $(dir $(ZIPAPP))
 	umask 022 && $(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile --no-deps \
@@ -95,7 +95,7 @@ lint: $(BIN)/.ready
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# The goals table (README "Performance"): start-up against kubectl, the cold first run, `clear
+# The goals table (docs/performance.md): start-up against kubectl, the cold first run, `clear
 # --all` at 8, 64, 256 and 1024 pods against its floor and the manual procedure (8 and 64 pods)
 # on the simulated cluster, then the details. About 5 minutes on 2 cores.
 bench: $(BIN)/.ready $(ZIPAPP)

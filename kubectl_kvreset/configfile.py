@@ -21,7 +21,7 @@ vLLM's rules (read in vLLM 0.32.0, ``vllm/utils/argparse_utils.py``,
 * The entries are inserted after ``serve MODEL`` (or first, for the api_server module), before
   the other command-line arguments, so a flag on the command line wins over the file.
 * A nested mapping is ``json.dumps``-ed from vLLM 0.16.0 on; up to 0.14.0 it became
-  ``str(dict)`` (Python quotes), which no JSON flag accepts (research notes, vllm §4). 0.15.x is
+  ``str(dict)`` (Python quotes), which no JSON flag accepts (``vllm/utils/argparse_utils.py``). 0.15.x is
   not known and read as the newer form, with a note.
 """
 

@@ -10,7 +10,7 @@ Facts used:
 * vLLM reads the variable as ``bool(int(os.getenv("VLLM_SERVER_DEV_MODE", "0")))``
   (``vllm/envs.py``, every release 0.7.3 .. 0.33.0): ``"1"``, ``"2"``, ``" 1"`` enable it,
   ``"0"`` disables it, and ``"true"``, ``"yes"`` or ``""`` raise ``ValueError`` at start-up, so
-  the server never listens (research notes on vLLM, section 1.2).
+  the server never listens (``vllm/entrypoints/openai/cli_args.py`` reads it at import).
 * The kubelet builds a container's environment from ``envFrom`` sources in order (a later
   source wins), then ``env`` entries in order (the last entry naming a variable wins), so an
   ``env`` entry overrides any ``envFrom`` value (``k8s.io/kubernetes``
@@ -41,9 +41,11 @@ __all__ = [
     "dev_mode_patch",
     "describe_replacements",
     "find_vllm_container",
+    "find_vllm_containers",
     "managing_controllers",
     "owner_templates",
     "read_template_dev_mode",
+    "read_template_dev_modes",
     "vllm_accepts",
 ]
 
@@ -182,19 +184,28 @@ def owner_templates(obj: Mapping[str, Any]) -> list[TemplateRef]:
     return []
 
 
-def find_vllm_container(template: Mapping[str, Any]) -> VllmContainer | None:
-    """The first container of a pod template that runs a vLLM API server, by the rule
-    discovery uses for pods (:func:`kubectl_kvreset.servecmd.parse_container` reads its command,
-    args and literal env); never assumed to be ``containers[0]``. None when there is none."""
+def find_vllm_containers(template: Mapping[str, Any]) -> list[VllmContainer]:
+    """Every container of a pod template that runs a vLLM API server, in spec order, by the
+    rule discovery uses for pods (:func:`kubectl_kvreset.servecmd.parse_container` reads its
+    command, args and literal env); never assumed to be ``containers[0]``. A pod may run two
+    (two models side by side): each reads its own ``VLLM_SERVER_DEV_MODE``, and one that vLLM
+    refuses crash-loops on its own. Empty when there is none."""
     pod_like = {"metadata": template.get("metadata") or {}, "spec": template.get("spec") or {}}
+    found: list[VllmContainer] = []
     for index, container in enumerate((template.get("spec") or {}).get("containers") or []):
         try:
             cfg = parse_container(container, pod_env(pod_like, container))
         except ServeCommandError:
             continue
         if cfg is not None:
-            return VllmContainer(index, str(container.get("name", "")), container)
-    return None
+            found.append(VllmContainer(index, str(container.get("name", "")), container))
+    return found
+
+
+def find_vllm_container(template: Mapping[str, Any]) -> VllmContainer | None:
+    """The first of :func:`find_vllm_containers`, None when there is none."""
+    found = find_vllm_containers(template)
+    return found[0] if found else None
 
 
 def _named(container: Mapping[str, Any]) -> list[int]:
@@ -210,24 +221,40 @@ def _reading(label: str, container: str, value: str | None, source: str | None, 
                           key)
 
 
-def read_template_dev_mode(ref: TemplateRef, lookup: SourceLookup | None = None) -> DevModeReading:
-    """Read ``VLLM_SERVER_DEV_MODE`` of the template's vLLM container as the kubelet would
-    resolve it: the last ``env`` entry naming it (a literal ``value``, or ``valueFrom`` a
-    ConfigMap or Secret key), else the last ``envFrom`` source that holds it.
+def read_template_dev_mode(ref: TemplateRef, lookup: SourceLookup | None = None,
+                           container: str | None = None) -> DevModeReading:
+    """Read ``VLLM_SERVER_DEV_MODE`` of one vLLM container of the template (``container`` by
+    name; default the first) as the kubelet would resolve it: the last ``env`` entry naming it
+    (a literal ``value``, or ``valueFrom`` a ConfigMap or Secret key), else the last
+    ``envFrom`` source that holds it.
 
     ``lookup`` reads ConfigMaps and Secrets (see :data:`SourceLookup`); without it, or when it
     raises ``PermissionError``, a value held there is reported unknown with the reason in
-    ``detail``. ``fieldRef``/``resourceFieldRef`` values are unknown from a template.
+    ``detail``. ``fieldRef``/``resourceFieldRef`` values are unknown from a template. A
+    template without that vLLM container gives a reading whose ``container`` is None.
     """
-    vc = find_vllm_container(ref.template)
+    vc = next((v for v in find_vllm_containers(ref.template) if container is None or v.name == container), None)
     if vc is None:
         return DevModeReading(ref.label, None, None, None, None, False)
+    return _read_container(ref.label, vc, lookup)
+
+
+def read_template_dev_modes(ref: TemplateRef, lookup: SourceLookup | None = None) -> list[DevModeReading]:
+    """:func:`read_template_dev_mode` of every vLLM container of the template, in spec order
+    (one reading whose ``container`` is None when it has none)."""
+    found = find_vllm_containers(ref.template)
+    if not found:
+        return [DevModeReading(ref.label, None, None, None, None, False)]
+    return [_read_container(ref.label, vc, lookup) for vc in found]
+
+
+def _read_container(label: str, vc: VllmContainer, lookup: SourceLookup | None) -> DevModeReading:
     env = list(vc.spec.get("env") or [])
     named = _named(vc.spec)
     if named:
         entry = env[named[-1]]
         if "valueFrom" not in entry:
-            return _reading(ref.label, vc.name, str(entry.get("value", "") or ""), "env", entries=len(named))
+            return _reading(label, vc.name, str(entry.get("value", "") or ""), "env", entries=len(named))
         vf = entry.get("valueFrom") or {}
         for key, kind in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")):
             if key in vf:
@@ -236,15 +263,15 @@ def read_template_dev_mode(ref: TemplateRef, lookup: SourceLookup | None = None)
                 data_key = str(src.get("key", ""))
                 data, why = _lookup(lookup, kind, str(src.get("name", "")))
                 if data is None:
-                    return _reading(ref.label, vc.name, None, source, detail=why, entries=len(named), key=data_key)
+                    return _reading(label, vc.name, None, source, detail=why, entries=len(named), key=data_key)
                 if src.get("key") not in data:
                     # the kubelet refuses to start the container when the key is absent
                     # (unless optional: then the variable is unset)
-                    return _reading(ref.label, vc.name, None, source,
+                    return _reading(label, vc.name, None, source,
                                     detail=f"key {src.get('key')!r} absent from {kind}/{src.get('name')}",
                                     entries=len(named), key=data_key)
-                return _reading(ref.label, vc.name, str(data[src["key"]]), source, entries=len(named), key=data_key)
-        return _reading(ref.label, vc.name, None, "fieldRef", detail="set from a field of the pod", entries=len(named))
+                return _reading(label, vc.name, str(data[src["key"]]), source, entries=len(named), key=data_key)
+        return _reading(label, vc.name, None, "fieldRef", detail="set from a field of the pod", entries=len(named))
     found: tuple[str, str, str] | None = None
     unknown: str | None = None
     for source in vc.spec.get("envFrom") or []:
@@ -262,10 +289,10 @@ def read_template_dev_mode(ref: TemplateRef, lookup: SourceLookup | None = None)
                 if prefix + var == DEV_MODE_ENV:
                     found = (str(value), f"envFrom {kind}/{name}", str(var))
     if found is not None:
-        return _reading(ref.label, vc.name, found[0], found[1], key=found[2])
+        return _reading(label, vc.name, found[0], found[1], key=found[2])
     if unknown is not None:
-        return _reading(ref.label, vc.name, None, None, detail=unknown)
-    return _reading(ref.label, vc.name, None, None)
+        return _reading(label, vc.name, None, None, detail=unknown)
+    return _reading(label, vc.name, None, None)
 
 
 def _lookup(lookup: SourceLookup | None, kind: str, name: str) -> tuple[Mapping[str, str] | None, str | None]:
@@ -281,26 +308,28 @@ def _lookup(lookup: SourceLookup | None, kind: str, name: str) -> tuple[Mapping[
 
 
 def dev_mode_patch(obj: Mapping[str, Any], *, enable: bool) -> list[dict[str, Any]]:
-    """The JSON patch (RFC 6902, ``application/json-patch+json``) that leaves the vLLM container
-    of every template of ``obj`` with ``VLLM_SERVER_DEV_MODE="1"`` exactly once (``enable``) or
-    without any entry naming it (not ``enable``).
+    """The JSON patch (RFC 6902, ``application/json-patch+json``) that leaves every vLLM
+    container of every template of ``obj`` with ``VLLM_SERVER_DEV_MODE="1"`` exactly once
+    (``enable``) or without any entry naming it (not ``enable``).
 
     Works whether ``env`` is absent (``add`` of the whole list), holds the variable with
     another value or through ``valueFrom`` (the first such entry is replaced, later ones are
     removed, highest index first), or lacks it (``add`` at ``/env/-``). Every index-based
     operation is preceded by a ``test`` of the container's and the entry's name, so a patch
-    built from a stale read fails (422) instead of editing the wrong entry. An empty list means
-    nothing would change (a second run).
+    built from a stale read fails (422) instead of editing the wrong entry. When ``obj`` has a
+    ``metadata.resourceVersion``, the patch first writes it back: the API server takes a
+    resourceVersion in the patched object as the update's precondition and answers 409
+    ``Conflict`` when the object changed since it was read (``k8s.io/apiserver``
+    ``pkg/registry/generic/registry/store.go`` ``Update``), so two runs at once cannot both
+    append an entry; the caller re-reads and decides again. An empty list means nothing would
+    change (a second run).
 
     Raises:
         ValueError: no template of ``obj`` has a vLLM container (the message says so).
     """
     ops: list[dict[str, Any]] = []
     found = False
-    for ref in owner_templates(obj):
-        vc = find_vllm_container(ref.template)
-        if vc is None:
-            continue
+    for ref, vc in ((r, v) for r in owner_templates(obj) for v in find_vllm_containers(r.template)):
         found = True
         base = f"{ref.path}/spec/containers/{vc.index}"
         env = list(vc.spec.get("env") or [])
@@ -333,6 +362,9 @@ def dev_mode_patch(obj: Mapping[str, Any], *, enable: bool) -> list[dict[str, An
         kind = obj.get("kind", "object")
         name = (obj.get("metadata") or {}).get("name", "")
         raise ValueError(f"{kind}/{name} has no container that runs a vLLM API server in its pod template(s)")
+    version = (obj.get("metadata") or {}).get("resourceVersion")
+    if ops and version:
+        ops.insert(0, {"op": "replace", "path": "/metadata/resourceVersion", "value": str(version)})
     return ops
 
 
@@ -342,12 +374,14 @@ def describe_replacements(obj: Mapping[str, Any], readings: Sequence[DevModeRead
     changes): a ``valueFrom`` entry (ConfigMap or Secret key, field) replaced by the literal
     ``"1"`` or removed, and an ``envFrom`` source that a literal overrides (``enable``) or that
     keeps the variable set (not ``enable``: only ``env`` entries are removed). ``readings`` are
-    the templates' resolved values (:func:`read_template_dev_mode`, same order as
-    :func:`owner_templates`). Empty when every value is a literal or unset."""
+    the vLLM containers' resolved values (:func:`read_template_dev_modes` or
+    :func:`read_template_dev_mode`), matched by template label and container name. Empty when
+    every value is a literal or unset."""
     out: list[str] = []
-    for ref, reading in zip(owner_templates(obj), readings, strict=False):
-        vc = find_vllm_container(ref.template)
-        if vc is None:
+    by_container = {(r.template, r.container): r for r in readings}
+    for ref, vc in ((r, v) for r in owner_templates(obj) for v in find_vllm_containers(r.template)):
+        reading = by_container.get((ref.label, vc.name))
+        if reading is None:
             continue
         env = list(vc.spec.get("env") or [])
         where = f"{ref.label} container {vc.name}"

@@ -1,6 +1,6 @@
 """The vLLM version an image tag claims, and whether the running server agrees (pure).
 
-Tags read (research notes on vLLM, section 5, "Image tags" and "llm-d images"):
+Tags read (Docker Hub ``vllm/vllm-openai`` tags and the llm-d GitHub release notes):
 
 * ``vllm/vllm-openai:vX.Y.Z`` and its variants (``v0.20.0-cu130``): vLLM ``X.Y.Z``;
 * llm-d images that carry vLLM (``ghcr.io/llm-d/llm-d-cuda:vA.B.C``, ``llm-d``, ``llm-d-rocm``

@@ -5,8 +5,8 @@ Pure: no I/O.
 Sources: ``/server_info`` (a dev-mode route) takes ``config_format=text|json`` from vLLM 0.11.0;
 in JSON form ``vllm_config`` is an object whose ``kv_transfer_config`` is the connector object
 the server really runs with (null without one); ``vllm_env`` and ``system_env`` come from 0.14.0
-(``vllm/entrypoints/serve/dev/server_info/api_router.py``; research/vllm.md §1.3, checked on the
-0.32.0 CPU build: research/real-peers.md §1). Only ``vllm_config.kv_transfer_config`` is read
+(``vllm/entrypoints/serve/dev/server_info/api_router.py``, checked on the 0.32.0 CPU build by
+``tests/referee/test_referee.py``). Only ``vllm_config.kv_transfer_config`` is read
 here; ``vllm_env`` and ``system_env`` are never kept, and anything in the connector object
 named like a secret is replaced by ``<redacted>`` before it can reach a row, a note or a log.
 
@@ -20,17 +20,18 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from .tiers import KVLayout, Tier, layout_from_config
+from .tiers import KVLayout, Tier, layout_from_config, mark_unevaluated
 
 #: The first release whose ``/version`` the research checked; below it a build counts as unknown.
 KNOWN_SINCE = Version("0.7.0")
-#: ``/server_info`` takes ``config_format`` from this release (research/vllm.md §1.3).
+#: ``/server_info`` takes ``config_format`` from this release
+#: (``vllm/entrypoints/serve/dev/server_info/api_router.py``).
 CONFIG_FORMAT_SINCE = Version("0.11.0")
 #: The reset routes this tool may call, in the order it calls them.
 RESET_ROUTES = ("/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache")
@@ -75,10 +76,14 @@ class LiveConfig:
         readable: the answer carried ``vllm_config`` as an object (False: text form, an old
             server, or an answer of another shape; nothing is known then).
         kv_transfer_config: the live connector object, redacted (None: no connector).
+        model: ``vllm_config.model_config.model``, the model name vLLM uses for the FS tier's
+            directories and LMCache's keys (after ``VLLM_MODEL_REDIRECT_PATH`` or an object-store
+            download, ``vllm/config/model.py``); None when absent.
     """
 
     readable: bool
     kv_transfer_config: Mapping[str, Any] | None
+    model: str | None = None
 
 
 def read_server_info(body: bytes) -> LiveConfig:
@@ -93,7 +98,10 @@ def read_server_info(body: bytes) -> LiveConfig:
     if not isinstance(cfg, dict):
         return LiveConfig(False, None)
     ktc = cfg.get("kv_transfer_config")
-    return LiveConfig(True, redact(ktc) if isinstance(ktc, dict) and ktc.get("kv_connector") else None)
+    model_cfg = cfg.get("model_config")
+    model = model_cfg.get("model") if isinstance(model_cfg, dict) else None
+    return LiveConfig(True, redact(ktc) if isinstance(ktc, dict) and ktc.get("kv_connector") else None,
+                      model if isinstance(model, str) and model else None)
 
 
 def _tier_text(t: Tier) -> str:
@@ -107,17 +115,28 @@ def describe_layout(layout: KVLayout) -> str:
     return f"connectors {conns}; tiers {', '.join(_tier_text(t) for t in layout.tiers)}"
 
 
-def reconcile(spec: KVLayout, live: LiveConfig, env: Mapping[str, str] | None = None) -> tuple[KVLayout, str | None]:
+def reconcile(spec: KVLayout, live: LiveConfig, env: Mapping[str, str] | None = None,
+              unevaluated: Sequence[tuple[str, str]] = ()) -> tuple[KVLayout, str | None]:
     """The layout to act on and a note when the running server disagrees with the spec.
 
-    The live answer wins (DESIGN §7): its ``kv_transfer_config`` already includes what
+    The live answer wins: its ``kv_transfer_config`` already includes what
     ``--kv-offloading-size``, a ``--config`` file or an image default set. ``env`` is the pod's
-    environment (LMCache reads ``LMCACHE_*`` from it). An unreadable answer keeps the spec's
+    environment (LMCache reads ``LMCACHE_*`` from it); ``unevaluated`` the constructs the
+    command line's reader left as written (``ServeConfig.unevaluated``): an FS root still
+    holding one, e.g. an LMCache ``local_disk`` from the spec's env, is marked
+    (:func:`~kubectl_kvreset.tiers.mark_unevaluated`). An unreadable answer keeps the spec's
     layout with no note.
     """
     if not live.readable:
         return spec, None
-    found = layout_from_config(live.kv_transfer_config, env=env or {})
+    found = mark_unevaluated(layout_from_config(live.kv_transfer_config, env=env or {}), unevaluated, env)
+    # a tier read from a file in the pod (LMCACHE_CONFIG_FILE) is not in /server_info's config:
+    # the running LMCache still reads that file, unless the live config names its own disk
+    kept = [t for t in spec.tiers if t.from_file is not None and t.connector in found.connectors
+            and not any(f.tier_type == t.tier_type for f in found.tiers)]
+    if kept:
+        found = KVLayout(connectors=found.connectors, tiers=(*found.tiers, *kept), kv_role=found.kv_role,
+                         notes=tuple(n for n in found.notes if "were not read" not in n))
     if found.connectors == spec.connectors and set(found.tiers) == set(spec.tiers):
         return spec, None
     note = (f"the running server reports {describe_layout(found)}, the pod spec shows "

@@ -37,7 +37,8 @@ SERVING_LABELS: tuple[tuple[str, str | None], ...] = (
 #: Role labels, first match wins (llm-d ``llm-d.ai/role``; legacy ``llm-d.io/role``).
 ROLE_LABELS = ("llm-d.ai/role", "llm-d.io/role")
 
-#: Images of the llm-d routing sidecar that fronts decode pods (llmd research §2.4).
+#: Images of the llm-d routing sidecar that fronts decode pods (llm-d-inference-scheduler
+#: ``pkg/sidecar/proxy/``, legacy llm-d/llm-d-routing-sidecar).
 _SIDECAR_IMAGE = re.compile(r"(routing-sidecar|disagg-sidecar|pd-sidecar)", re.I)
 
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
@@ -147,6 +148,13 @@ def pod_env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, s
     Literal ``value`` entries (with Kubernetes' ``$(VAR)`` expansion of earlier entries) and
     ``fieldRef`` to the pod's name, namespace, uid, IP, node and service account. ConfigMap and
     Secret references are not read here (they need API calls and permissions).
+
+    Entries are applied in order and a later entry of a name replaces an earlier one, as the
+    kubelet does (``pkg/kubelet/kubelet_pods.go::makeEnvironmentVariables`` assigns
+    ``tmpEnv[envVar.Name]`` for each ``env`` item in turn, after the ``envFrom`` sources): a
+    name whose last entry is a ``valueFrom`` not read here (a ConfigMap or Secret key, a
+    resource field, an unknown field) is absent from the result, never the earlier literal,
+    so whatever uses it is unevaluated.
     """
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
@@ -161,21 +169,38 @@ def pod_env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, s
         "spec.serviceAccountName": spec.get("serviceAccountName", ""),
     }
     env: dict[str, str] = {}
+    # names the kubelet sets from a source not read here: a later value that refers to one
+    # (``MODEL="$(ORG)/a"`` with ORG from a ConfigMap) is expanded by the kubelet with the real
+    # value, so it is not known here either and stays unset (its users are unevaluated)
+    unread: set[str] = set()
+    env_from = bool(container.get("envFrom"))
     for entry in container.get("env") or []:
         name = entry.get("name")
         if not name:
             continue
-        if "value" in entry:
-            env[name] = expand_k8s_refs(str(entry.get("value") or ""), env)
-        elif "valueFrom" in entry:
-            ref = (entry["valueFrom"] or {}).get("fieldRef") or {}
-            path = ref.get("fieldPath", "")
-            if path in fields:
-                env[name] = str(fields[path])
+        if "valueFrom" not in entry:
+            missing: list[str] = []
+            value = expand_k8s_refs(str(entry.get("value") or ""), env, missing)
+            if any(ref in unread or env_from for ref in missing):
+                env.pop(name, None)
+                unread.add(name)
             else:
-                m = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
-                if m:
-                    env[name] = str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
+                env[name] = value
+                unread.discard(name)
+            continue
+        # the last entry of a name wins: one read here replaces, one not read unsets
+        env.pop(name, None)
+        unread.add(name)
+        ref = (entry["valueFrom"] or {}).get("fieldRef") or {}
+        path = ref.get("fieldPath", "")
+        if path in fields:
+            env[name] = str(fields[path])
+            unread.discard(name)
+        else:
+            m = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
+            if m:
+                env[name] = str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
+                unread.discard(name)
     return env
 
 
@@ -186,8 +211,8 @@ def lmcache_env_unread(container: Mapping[str, Any]) -> list[str]:
     configured that way is missing from it; ``clear-store`` reads those sources (and needs
     ``get`` on them)."""
     out: list[str] = []
-    for entry in container.get("env") or []:
-        name = str(entry.get("name") or "")
+    last = {str(e.get("name") or ""): e for e in container.get("env") or []}  # the last entry of a name wins
+    for name, entry in last.items():
         source = (entry.get("valueFrom") or {}) if name.startswith("LMCACHE_") else {}
         for kind, key in (("ConfigMap", "configMapKeyRef"), ("Secret", "secretKeyRef")):
             ref = source.get(key)
@@ -203,9 +228,10 @@ def lmcache_env_unread(container: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def expand_k8s_refs(text: str, env: Mapping[str, str]) -> str:
+def expand_k8s_refs(text: str, env: Mapping[str, str], missing: list[str] | None = None) -> str:
     """Kubernetes' ``$(VAR)`` expansion (``k8s.io/kubernetes/third_party/forked/golang/expansion``):
-    a defined ``$(VAR)`` is replaced, an undefined one kept literally, ``$$`` escapes ``$``."""
+    a defined ``$(VAR)`` is replaced, an undefined one kept literally (its name appended to
+    ``missing`` when given), ``$$`` escapes ``$``."""
     out: list[str] = []
     i = 0
     while i < len(text):
@@ -219,6 +245,8 @@ def expand_k8s_refs(text: str, env: Mapping[str, str]) -> str:
                 break
             name = text[i + 2:end]
             out.append(env[name] if name in env else text[i:end + 1])
+            if name not in env and missing is not None:
+                missing.append(name)
             i = end + 1
         else:
             out.append(text[i])
@@ -370,6 +398,10 @@ def _describe_container(pod: Mapping[str, Any], container: Mapping[str, Any], cf
     ports = tuple(ApiPort(p, cfg.scheme, fronts.get(p)) for p in cfg.api_ports)
     if cfg.unresolved_vars:
         notes.append("unresolved variables in the command: " + ", ".join(cfg.unresolved_vars))
+    for tier in layout.tiers:
+        if tier.unevaluated:
+            notes.append(f"the FS tier root {tier.root_dir!r} cannot be evaluated from the pod spec "
+                         f"({tier.unevaluated}): clear and clear-fs report it left")
     if any(c in LMCACHE_CONNECTORS for c in layout.connectors):
         notes.extend(lmcache_env_unread(container))
     notes.extend(cfg.notes)

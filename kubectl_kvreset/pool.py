@@ -22,10 +22,12 @@ INFLIGHT_BOUND_S = 40.0
 
 class Cancel:
     """A cancel handle: once :meth:`set`, no new work of the run starts, and calls in flight
-    are waited for up to :data:`INFLIGHT_BOUND_S` (:meth:`abandon` stops that wait too).
+    are waited for up to :attr:`inflight_bound_s` seconds (:data:`INFLIGHT_BOUND_S` unless a
+    :meth:`set` shortened it; :meth:`abandon` stops that wait too).
 
     ``on_cancel(in_flight)`` is called once, with the number of calls still running, when a
-    parallel phase notices the cancel (the command line says so on stderr); it must not raise.
+    parallel phase (or a wait, through :meth:`notify`) notices the cancel (the command line says
+    so on stderr); it must not raise.
     Thread-safe: :meth:`set` may be called from a signal handler or another thread.
     """
 
@@ -34,9 +36,13 @@ class Cancel:
         self._abandon = threading.Event()
         self._told = False
         self.on_cancel = on_cancel
+        self.inflight_bound_s = INFLIGHT_BOUND_S
 
-    def set(self) -> None:
-        """Cancel the run (idempotent)."""
+    def set(self, *, inflight_bound_s: float | None = None) -> None:
+        """Cancel the run (idempotent). ``inflight_bound_s`` (seconds) shortens the wait for
+        the calls in flight, never lengthens it (a SIGTERM's sender waits less than a user)."""
+        if inflight_bound_s is not None:
+            self.inflight_bound_s = min(self.inflight_bound_s, inflight_bound_s)
         self._set.set()
 
     def is_set(self) -> bool:
@@ -57,8 +63,11 @@ class Cancel:
         self._set.clear()
         self._abandon.clear()
         self._told = False
+        self.inflight_bound_s = INFLIGHT_BOUND_S
 
-    def _tell(self, in_flight: int) -> None:
+    def notify(self, in_flight: int) -> None:
+        """Call ``on_cancel(in_flight)`` the first time a phase notices the cancel; later calls
+        do nothing."""
         if not self._told and self.on_cancel is not None:
             self._told = True
             self.on_cancel(in_flight)
@@ -75,6 +84,18 @@ class NotRun:
 NOT_RUN = NotRun()
 
 
+class InFlight(NotRun):
+    """The result of an item whose call had started when the run was cancelled and had not
+    ended when the wait for it stopped: the request may have reached the server and been acted
+    on, so a report must not say that nothing was done (unlike :data:`NOT_RUN`)."""
+
+    def __repr__(self) -> str:
+        return "IN_FLIGHT"
+
+
+IN_FLIGHT = InFlight()
+
+
 def _finished(f: Future[R]) -> bool:
     return f.done() and not f.cancelled() and f.exception() is None
 
@@ -86,8 +107,9 @@ def parallel(items: Iterable[T], fn: Callable[[T], R], max_workers: int,
 
     Once ``cancel`` is set (by the caller, or here when Ctrl-C reaches the waiting thread as
     ``KeyboardInterrupt``), no new item starts: items not started get :data:`NOT_RUN`, calls in
-    flight are waited for up to :data:`INFLIGHT_BOUND_S` (a second Ctrl-C, or
-    :meth:`Cancel.abandon`, stops waiting) and those that did not finish get :data:`NOT_RUN`.
+    flight are waited for up to :attr:`Cancel.inflight_bound_s` (a second Ctrl-C, or
+    :meth:`Cancel.abandon`, stops waiting) and those that did not finish get :data:`IN_FLIGHT`
+    (their threads are left to end on their own bounds).
     """
     from concurrent.futures import ThreadPoolExecutor, wait  # not at import: --help stays fast
 
@@ -124,10 +146,10 @@ def parallel(items: Iterable[T], fn: Callable[[T], R], max_workers: int,
     for f in futures:
         f.cancel()
     running = [f for f in futures if not f.cancelled() and not f.done()]
-    cancel._tell(len(running))
+    cancel.notify(len(running))
     try:
         waited = 0.0
-        while running and waited < INFLIGHT_BOUND_S and not cancel.abandoned():
+        while running and waited < cancel.inflight_bound_s and not cancel.abandoned():
             wait(running, timeout=0.2)
             waited += 0.2
             running = [f for f in running if not f.done()]
@@ -136,5 +158,8 @@ def parallel(items: Iterable[T], fn: Callable[[T], R], max_workers: int,
     pool.shutdown(wait=False, cancel_futures=True)
     out: list[R | NotRun] = []
     for f in futures:
-        out.append(f.result() if _finished(f) else NOT_RUN)
+        if _finished(f):
+            out.append(f.result())
+        else:
+            out.append(IN_FLIGHT if f in running else NOT_RUN)
     return out

@@ -32,6 +32,9 @@ Rules and where they come from:
   when KV event replay is off, the default (llm-d-router #2853): said, not fixed.
 * A PATCH that timed out or got a 5xx is never re-sent blindly: the object is read again and
   the patch rebuilt from what it holds; nothing is sent when it already holds the change.
+* A dev-mode patch carries the resourceVersion it was built from, so two runs at once cannot
+  both add the variable: the second gets 409 ``Conflict``, reads the owner again, finds the
+  change made and reports ``unchanged`` (it sends nothing and waits for that rollout).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -57,9 +60,12 @@ from .devmode import (
     managing_controllers,
     owner_templates,
     read_template_dev_mode,
+    read_template_dev_modes,
 )
 from .kube import Kube, KubeApiError, KubeConnectionError, KubeError, resource_path
+from .permissions import from_forbidden
 from .pods import Owner
+from .pool import Cancel
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -94,6 +100,8 @@ POLL_S = 0.5
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 LWS_GROUP_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+#: The message of an owner a cancelled run did not act on.
+NOT_STARTED = "not restarted: the run was interrupted before its patch was sent"
 #: ``fieldManager`` of this tool's patches (kubectl uses ``kubectl-rollout``).
 FIELD_MANAGER = "kubectl-kvreset"
 #: Images of the llm-d scheduler (EPP) of every era (llm-d-inference-scheduler, llm-d-router,
@@ -118,12 +126,14 @@ Triple = tuple[str, Owner, "str | None"]
 class RolloutState:
     """Where a rollout stands: ``done`` (complete), ``message`` (kubectl-style text such as
     ``1 of 2 updated replicas are available``), ``failed`` (it cannot complete by itself:
-    ``ProgressDeadlineExceeded``, the object is gone) and ``timed_out`` (the wait's bound hit)."""
+    ``ProgressDeadlineExceeded``, the object is gone), ``timed_out`` (the wait's bound hit) and
+    ``interrupted`` (the run was cancelled while waiting: the rollout goes on without us)."""
 
     done: bool
     message: str
     failed: bool = False
     timed_out: bool = False
+    interrupted: bool = False
 
 
 def _int(value: Any) -> int:
@@ -304,8 +314,10 @@ class RestartResult:
 
     ``result``: ``restarted`` (rollout complete), ``timeout`` (``--timeout`` hit; ``message``
     names the cause), ``failed`` (API error, progress deadline), ``refused`` (paused, managed by
-    a controller, a kind this tool cannot restart safely) or ``skipped`` (decode whose prefill
-    did not come back). ``seconds`` is the time from patch to the end of the wait.
+    a controller, a kind this tool cannot restart safely), ``skipped`` (decode whose prefill
+    did not come back) or ``interrupted`` (the run was cancelled: before the patch, nothing was
+    sent; after it, the restart was requested and its rollout not waited for, as ``requested``
+    says). ``seconds`` is the time from patch to the end of the wait.
     """
 
     namespace: str
@@ -315,6 +327,7 @@ class RestartResult:
     message: str
     seconds: float = 0.0
     notes: tuple[str, ...] = ()
+    requested: bool = False
 
     @property
     def ok(self) -> bool:
@@ -333,9 +346,11 @@ class DevModeResult:
 
     ``result``: ``enabled``, ``disabled``, ``unchanged`` (the templates already held what was
     asked: nothing sent), ``refused`` (managed by a controller, paused, unsupported kind),
-    ``failed``, ``timeout``, ``skipped``; for a status read: ``read`` or ``failed``.
+    ``failed``, ``timeout``, ``skipped``, ``interrupted`` (the run was cancelled: before the
+    patch nothing was sent; after it, ``requested`` is True and the rollout was not waited for);
+    for a status read: ``read`` or ``failed``.
     ``state``: ``on``, ``off``, ``invalid``, ``unknown``, ``mixed`` (templates differ) or
-    ``none`` (no vLLM container). ``readings`` has one entry per template.
+    ``none`` (no vLLM container). ``readings`` has one entry per vLLM container of each template.
     """
 
     namespace: str
@@ -347,6 +362,7 @@ class DevModeResult:
     managers: tuple[Manager, ...] = ()
     message: str = ""
     seconds: float = 0.0
+    requested: bool = False
 
     @property
     def ok(self) -> bool:
@@ -361,9 +377,15 @@ class DevModeResult:
             return "none" if self.readings else "unknown"
         return states.pop() if len(states) == 1 else "mixed"
 
+    def _key(self, reading: DevModeReading) -> str:
+        # the template label; ``label/container`` when the template runs several vLLM containers
+        several = sum(1 for r in self.readings if r.template == reading.template) > 1
+        return f"{reading.template}/{reading.container}" if several else reading.template
+
     def row(self) -> dict[str, Any]:
         """The ``DevMode`` row: namespace, owner, role, action, result, dev_mode, value, source,
-        templates (label -> description), managed_by, seconds, message."""
+        templates (label, or ``label/container`` when a template runs several vLLM
+        containers -> description), managed_by, seconds, message."""
         values = {r.value for r in self.readings if r.container is not None}
         sources = {r.source for r in self.readings if r.container is not None and r.source}
         return {
@@ -372,8 +394,8 @@ class DevModeResult:
             "value": values.pop() if len(values) == 1 else None,
             "source": sources.pop() if len(sources) == 1 else (sorted(sources) or None),
             "accepted": all(r.accepted is not False for r in self.readings),
-            "templates": {r.template: r.describe() for r in self.readings},
-            "containers": {r.template: r.container for r in self.readings},
+            "templates": {self._key(r): r.describe() for r in self.readings},
+            "containers": {self._key(r): r.container for r in self.readings},
             "managed_by": [m.describe() for m in self.managers],
             "seconds": round(self.seconds, 1), "message": self.message,
         }
@@ -431,58 +453,79 @@ def _selector(obj: Mapping[str, Any]) -> str | None:
 PatchBuilder = Callable[[Mapping[str, Any]], "tuple[Any, str] | None"]
 
 
-def _patch(kube: Kube, namespace: str, owner: Owner, obj: Mapping[str, Any], build: PatchBuilder) -> dict[str, Any] | None:
-    """Send the patch ``build(obj)`` returns (body, content type); None when it returns None.
+#: How many times a PATCH refused with 409 ``Conflict`` (the object changed since it was read:
+#: another writer came first) is rebuilt from a fresh read and sent again.
+CONFLICT_RETRIES = 5
 
-    On a 5xx, a 409/422 (a ``test`` failed: the object changed since it was read) or no answer
-    in time, the object is read again and the patch rebuilt from it: nothing is sent when the
-    object already holds the change, else the rebuilt patch is sent once more.
-    Returns the object as it stands after the patch.
+
+def _patch(kube: Kube, namespace: str, owner: Owner, obj: Mapping[str, Any],
+           build: PatchBuilder) -> tuple[dict[str, Any] | None, bool]:
+    """Send the patch ``build(obj)`` returns (body, content type); ``(None, False)`` when it
+    returns None.
+
+    On a 409 ``Conflict`` (a resourceVersion precondition failed: another writer changed the
+    object since it was read) the object is read again and the patch rebuilt from it, up to
+    :data:`CONFLICT_RETRIES` times: nothing is sent when it now holds the change. On a 5xx, a
+    422 (a ``test`` failed) or no answer in time, the same re-read happens once (the patch may
+    have been applied: it is never re-sent blindly).
+
+    Returns ``(the object as it stands after, applied)``: ``applied`` is False when, after a
+    conflict, a re-read found the change already made by another writer and nothing more was
+    sent (after a lost answer the change found counts as this call's own).
 
     Raises:
-        KubeApiError: a 4xx refusal (403, 404, 415...), or the second attempt failed.
+        KubeApiError: a 4xx refusal (403, 404, 415...), or the attempt after a re-read failed.
         KubeConnectionError: the re-read failed too (the message says the state is unknown).
     """
     planned = build(obj)
     if planned is None:
-        return None
+        return None, False
     path = _object_path(namespace, owner)
     query = [("fieldManager", FIELD_MANAGER)]
-    body, ctype = planned
-    try:
-        answer: dict[str, Any] = kube.send_json("PATCH", path, body, content_type=ctype, query=query)
-        return answer
-    except KubeApiError as exc:
-        if exc.status < 500 and exc.status not in (409, 422):
-            raise
-        first: KubeError = exc
-    except KubeConnectionError as exc:
-        first = exc
-    try:
-        current = _get(kube, namespace, owner)
-    except KubeError as exc:
-        raise KubeConnectionError(
-            f"PATCH {owner.ref()} got no clear answer ({first}) and reading it again failed ({exc}): "
-            "whether it changed is unknown; nothing was re-sent"
-        ) from exc
-    again = build(current)
-    if again is None:
-        return current
-    body, ctype = again
-    try:
-        answer = kube.send_json("PATCH", path, body, content_type=ctype, query=query)
-    except KubeError as exc:
-        raise KubeApiError(getattr(exc, "status", 500), getattr(exc, "reason", "Error"),
-                           f"PATCH {owner.ref()} failed twice: first {first}; after re-reading it, {exc}") from exc
-    return answer
+    first: KubeError | None = None
+    conflicts = 0
+    while True:
+        body, ctype = planned
+        try:
+            answer: dict[str, Any] = kube.send_json("PATCH", path, body, content_type=ctype, query=query)
+            return answer, True
+        except KubeApiError as exc:
+            if exc.status == 409 and conflicts < CONFLICT_RETRIES:
+                conflicts += 1
+            elif first is None and (exc.status >= 500 or exc.status in (409, 422)):
+                first = exc
+            elif first is not None:
+                raise KubeApiError(exc.status, exc.reason,
+                                   f"PATCH {owner.ref()} failed twice: first {first}; after re-reading it, {exc}") from exc
+            else:
+                raise
+        except KubeConnectionError as exc:
+            if first is not None:
+                raise KubeApiError(500, "Error",
+                                   f"PATCH {owner.ref()} failed twice: first {first}; after re-reading it, {exc}") from exc
+            first = exc
+        try:
+            current = _get(kube, namespace, owner)
+        except KubeError as exc:
+            cause = first if first is not None else f"{conflicts} conflict(s)"
+            raise KubeConnectionError(
+                f"PATCH {owner.ref()} got no clear answer ({cause}) and reading it again failed ({exc}): "
+                "whether it changed is unknown; nothing was re-sent"
+            ) from exc
+        planned = build(current)
+        if planned is None:
+            # after an unclear answer the change found is most likely this run's own patch
+            return current, first is not None
 
 
 def wait_rollout(kube: Kube, namespace: str, owner: Owner, *, generation: int | None, old_uids: Iterable[str] = (),
                  timeout_s: float, progress: Progress | None = None, poll_s: float = POLL_S,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> RolloutState:
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 stop: Callable[[], bool] = lambda: False) -> RolloutState:
     """Poll the owner (and, for a LeaderWorkerSet, its pods) every ``poll_s`` seconds until its
-    rollout completes, fails, or ``timeout_s`` passes. On a timeout or failure the message
-    names what was still missing and why the unready pods are not ready (:func:`pod_problems`).
+    rollout completes, fails, ``timeout_s`` passes or ``stop()`` turns True (a cancelled run:
+    ``interrupted``). On a timeout or failure the message names what was still missing and why
+    the unready pods are not ready (:func:`pod_problems`).
     ``progress`` receives each new status message.
 
     Transient API errors (5xx, no answer) are retried until the bound; a 404 ends the wait
@@ -513,6 +556,8 @@ def wait_rollout(kube: Kube, namespace: str, owner: Owner, *, generation: int | 
         last = state.message
         if state.done or state.failed:
             break
+        if stop():
+            return RolloutState(False, f"not waited for (interrupted): {state.message}", interrupted=True)
         if clock() >= deadline:
             state = RolloutState(False, f"not rolled out within {timeout_s:g} s: {state.message}", timed_out=True)
             break
@@ -541,6 +586,16 @@ def _paused(obj: Mapping[str, Any], owner: Owner) -> str | None:
     return None
 
 
+def refusal_text(exc: KubeError) -> str:
+    """An API error for a row: a 403 also names the permission and the Role rule that allows it."""
+    text = str(exc)
+    if isinstance(exc, KubeApiError) and exc.status == 403:
+        perm = from_forbidden(exc.message or text)
+        if perm is not None:
+            text += f"; {perm.refused('for this step')}"
+    return text
+
+
 def _generation(obj: Mapping[str, Any]) -> int | None:
     gen = (obj.get("metadata") or {}).get("generation")
     return _int(gen) if gen is not None else None
@@ -552,9 +607,11 @@ def _generation(obj: Mapping[str, Any]) -> int | None:
 
 
 def restart_owner(kube: Kube, namespace: str, owner: Owner, role: str | None = None, *, timeout_s: float,
-                  progress: Progress | None = None, clock: Callable[[], float] = time.monotonic) -> RestartResult:
+                  progress: Progress | None = None, clock: Callable[[], float] = time.monotonic,
+                  stop: Callable[[], bool] = lambda: False) -> RestartResult:
     """Restart one Deployment or LeaderWorkerSet and wait for its rollout (see the module
-    docstring for the patches and completion rules).
+    docstring for the patches and completion rules). Once ``stop()`` is True (a cancelled run)
+    no patch is sent and a wait under way ends: the result is ``interrupted``.
 
     Refused (never guessed at): another kind (a ReplicaSet of the dual-pod controller, a bare
     Pod, a StatefulSet), a paused Deployment, an owner whose template a controller rewrites
@@ -584,19 +641,26 @@ def restart_owner(kube: Kube, namespace: str, owner: Owner, role: str | None = N
                 return lws_restart_patch(cur, stamp), "application/merge-patch+json"
             return deployment_restart_patch(stamp), "application/strategic-merge-patch+json"
 
-        after = _patch(kube, namespace, owner, obj, build) or obj
+        if stop():
+            return RestartResult(namespace, owner, role, "interrupted", NOT_STARTED, clock() - start)
+        after = _patch(kube, namespace, owner, obj, build)[0] or obj
         if progress is not None:
             progress(f"{owner.ref()}: restart requested ({RESTARTED_AT}={stamp})")
         state = wait_rollout(kube, namespace, owner, generation=_generation(after), old_uids=old,
-                             timeout_s=timeout_s, progress=progress)
+                             timeout_s=timeout_s, progress=progress, stop=stop)
     except _Refused as exc:
         return RestartResult(namespace, owner, role, "refused", str(exc), clock() - start)
     except KubeError as exc:
-        return RestartResult(namespace, owner, role, "failed", str(exc), clock() - start)
+        return RestartResult(namespace, owner, role, "failed", refusal_text(exc), clock() - start)
     seconds = clock() - start
     if state.done:
         return RestartResult(namespace, owner, role, "restarted",
                              "rolled out: every pod was replaced, so its in-pod KV caches (GPU, and CPU offload where configured) start empty", seconds)
+    if state.interrupted:
+        return RestartResult(namespace, owner, role, "interrupted",
+                             f"restart requested ({RESTARTED_AT}={stamp}), so its pods are being replaced, but the "
+                             f"rollout was {state.message}; check kubectl rollout status {owner.ref()} -n {namespace}",
+                             seconds, requested=True)
     return RestartResult(namespace, owner, role, "timeout" if state.timed_out else "failed", state.message, seconds)
 
 
@@ -625,17 +689,22 @@ def scheduler_note(schedulers: Sequence[str]) -> str:
 
 def run_phased(owners: Sequence[Triple], act: Callable[[str, Owner, str | None], Any],
                skipped: Callable[[str, Owner, str | None, str], Any], *, ok: Callable[[Any], bool],
-               max_workers: int = 8) -> list[Any]:
+               max_workers: int = 8, cancel: Cancel | None = None,
+               interrupted: Callable[[str, Owner, str | None], Any] | None = None) -> list[Any]:
     """Run ``act`` on the owners phase by phase (:func:`role_phases`: prefill, decode, rest),
     the owners of one phase in parallel. A decode owner whose namespace had a prefill owner
     that did not end ``ok`` is not acted on: ``skipped(ns, owner, role, reason)`` gives its
-    result. Results come back in phase order."""
+    result. Once ``cancel`` is set no further phase starts: ``interrupted(ns, owner, role)``
+    gives the result of each owner not acted on (``act`` itself must watch the cancel to end
+    a wait under way). Results come back in phase order."""
     results: list[Any] = []
     failed_prefill: dict[str, list[str]] = {}
     for phase in role_phases(owners):
         todo: list[Triple] = []
         for ns, owner, role in phase:
-            if (role or "").lower() == "decode" and failed_prefill.get(ns):
+            if cancel is not None and cancel.is_set() and interrupted is not None:
+                results.append(interrupted(ns, owner, role))
+            elif (role or "").lower() == "decode" and failed_prefill.get(ns):
                 names = ", ".join(failed_prefill[ns])
                 results.append(skipped(ns, owner, role, f"not acted on: prefill {names} did not end ready, and "
                                        "decode is restarted only once prefill is ready (stale NIXL state: vLLM #49238, "
@@ -645,7 +714,10 @@ def run_phased(owners: Sequence[Triple], act: Callable[[str, Owner, str | None],
         if not todo:
             continue
         with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(todo)))) as pool:
-            done = list(pool.map(lambda t: act(*t), todo))
+            futures = [pool.submit(act, *t) for t in todo]
+            if cancel is not None:
+                _notice(cancel, futures)
+            done = [f.result() for f in futures]
         for (ns, owner, role), res in zip(todo, done, strict=True):
             if (role or "").lower() == "prefill" and not ok(res):
                 failed_prefill.setdefault(ns, []).append(f"{owner.ref()} ({getattr(res, 'result', 'failed')})")
@@ -653,13 +725,25 @@ def run_phased(owners: Sequence[Triple], act: Callable[[str, Owner, str | None],
     return results
 
 
+def _notice(cancel: Cancel, futures: Sequence[Future[Any]]) -> None:
+    """Wait for ``futures``, telling ``cancel`` (its ``on_cancel``, once) how many still run when
+    it is set meanwhile."""
+    pending = set(futures)
+    while pending:
+        _, pending = wait(pending, timeout=0.2)
+        if pending and cancel.is_set():
+            cancel.notify(len(pending))
+
+
 def restart_owners(kube: Kube, owners: Sequence[tuple[str, Owner, str | None]], *, timeout_s: float,
-                   progress: Callable[[str], None] | None) -> list[RestartResult]:
+                   progress: Callable[[str], None] | None, cancel: Cancel | None = None) -> list[RestartResult]:
     """Restart ``(namespace, owner, role)`` owners: prefill first and wait, then decode (only
     where prefill came back), then the rest; owners of one phase in parallel, each wait bounded
     by ``timeout_s`` from its own patch. Restarted rows of a namespace that runs an llm-d
-    scheduler carry :func:`scheduler_note`. Never raises for an owner's failure: see each
+    scheduler carry :func:`scheduler_note`. Once ``cancel`` is set, no patch is sent and the
+    waits end (``interrupted`` rows). Never raises for an owner's failure: see each
     :class:`RestartResult`."""
+    stop = cancel.is_set if cancel is not None else (lambda: False)
     lock = threading.Lock()
 
     def say(text: str) -> None:
@@ -668,12 +752,16 @@ def restart_owners(kube: Kube, owners: Sequence[tuple[str, Owner, str | None]], 
                 progress(text)
 
     def act(ns: str, owner: Owner, role: str | None) -> RestartResult:
-        return restart_owner(kube, ns, owner, role, timeout_s=timeout_s, progress=say)
+        return restart_owner(kube, ns, owner, role, timeout_s=timeout_s, progress=say, stop=stop)
 
     def skip(ns: str, owner: Owner, role: str | None, why: str) -> RestartResult:
         return RestartResult(ns, owner, role, "skipped", why)
 
-    results: list[RestartResult] = run_phased(owners, act, skip, ok=lambda r: bool(r.ok))
+    def not_started(ns: str, owner: Owner, role: str | None) -> RestartResult:
+        return RestartResult(ns, owner, role, "interrupted", NOT_STARTED)
+
+    results: list[RestartResult] = run_phased(owners, act, skip, ok=lambda r: bool(r.ok), cancel=cancel,
+                                              interrupted=not_started)
     notes: dict[str, tuple[str, ...]] = {}
     for ns in sorted({r.namespace for r in results if r.ok}):
         schedulers = detect_schedulers(kube, ns)
@@ -733,7 +821,7 @@ def _readings(kube: Kube, namespace: str, obj: Mapping[str, Any],
         except KubeError as exc:
             raise PermissionError(str(exc)) from exc
 
-    return tuple(read_template_dev_mode(ref, safe) for ref in owner_templates(obj))
+    return tuple(r for ref in owner_templates(obj) for r in read_template_dev_modes(ref, safe))
 
 
 def read_dev_mode(kube: Kube, namespace: str, owner: Owner, role: str | None = None,
@@ -779,18 +867,20 @@ def dev_mode_changes(kube: Kube, namespace: str, owner: Owner, *, enable: bool,
 
 
 def pod_dev_modes(kube: Kube, pods: Sequence[Mapping[str, Any]],
-                  lookups: dict[str, Callable[[str, str], Mapping[str, str] | None]] | None = None
-                  ) -> list[DevModeReading]:
+                  lookups: dict[str, Callable[[str, str], Mapping[str, str] | None]] | None = None,
+                  containers: Sequence[str | None] | None = None) -> list[DevModeReading]:
     """``VLLM_SERVER_DEV_MODE`` of each pod's vLLM container (the pods as the API returned
-    them), resolved exactly as :func:`read_dev_mode` resolves an owner's templates: literal
-    ``env``, ``valueFrom`` ConfigMap/Secret keys and ``envFrom`` sources (read once per
+    them; ``containers``: the container of each, by name, default the pod's first vLLM
+    container), resolved exactly as :func:`read_dev_mode` resolves an owner's templates:
+    literal ``env``, ``valueFrom`` ConfigMap/Secret keys and ``envFrom`` sources (read once per
     namespace and name), so ``detect`` and ``devmode`` report the same value for the same pod.
     ``lookups``: namespace -> :func:`source_lookup`, shared with the run's other reads (filled
     in here for a namespace it lacks). A source that cannot be read gives a reading whose
     ``detail`` says why; never raises."""
     lookups = {} if lookups is None else lookups
+    names = list(containers) if containers is not None else [None] * len(pods)
     out: list[DevModeReading] = []
-    for pod in pods:
+    for pod, container in zip(pods, names, strict=True):
         ns = str((pod.get("metadata") or {}).get("namespace", ""))
         if ns not in lookups:
             lookups[ns] = source_lookup(kube, ns)
@@ -805,13 +895,13 @@ def pod_dev_modes(kube: Kube, pods: Sequence[Mapping[str, Any]],
 
         tmpl = {"kind": "Deployment", "spec": {"template": {"metadata": pod.get("metadata") or {},
                                                             "spec": pod.get("spec") or {}}}}
-        out.append(read_template_dev_mode(owner_templates(tmpl)[0], safe))
+        out.append(read_template_dev_mode(owner_templates(tmpl)[0], safe, container))
     return out
 
 
 def set_dev_mode(kube: Kube, namespace: str, owner: Owner, *, enable: bool, ignore_owner: bool = False,
                  timeout_s: float, progress: Callable[[str], None] | None = None,
-                 role: str | None = None) -> DevModeResult:
+                 role: str | None = None, stop: Callable[[], bool] = lambda: False) -> DevModeResult:
     """Set ``VLLM_SERVER_DEV_MODE="1"`` (``enable``) or remove it in the vLLM container of every
     template of a Deployment or LeaderWorkerSet with one JSON patch
     (:func:`kubectl_kvreset.devmode.dev_mode_patch`), then wait for the rollout.
@@ -820,7 +910,8 @@ def set_dev_mode(kube: Kube, namespace: str, owner: Owner, *, enable: bool, igno
     kind other than the two, a paused Deployment, and, unless ``ignore_owner``, an owner that a
     controller or GitOps tool would revert (:func:`kubectl_kvreset.devmode.managing_controllers`).
     The message says that the restart emptied the caches, that dev endpoints are
-    unauthenticated, and how to turn dev mode off. Never raises for API failures.
+    unauthenticated, and how to turn dev mode off. Once ``stop()`` is True (a cancelled run) no
+    patch is sent and a wait under way ends (``interrupted``). Never raises for API failures.
     """
     action = "enable" if enable else "disable"
     start = time.monotonic()
@@ -849,17 +940,28 @@ def set_dev_mode(kube: Kube, namespace: str, owner: Owner, *, enable: bool, igno
             ops = dev_mode_patch(cur, enable=enable)
             return (ops, "application/json-patch+json") if ops else None
 
-        after = _patch(kube, namespace, owner, obj, build) or obj
+        if stop():
+            return DevModeResult(namespace, owner, role, action, "interrupted", (), managers,
+                                 NOT_STARTED.replace("restarted", "patched"), time.monotonic() - start)
+        patched, applied = _patch(kube, namespace, owner, obj, build)
+        after = patched or obj
         if progress is not None:
-            progress(f"{owner.ref()}: {DEV_MODE_ENV} {'set to 1' if enable else 'removed'}; waiting for the rollout")
+            progress(f"{owner.ref()}: {DEV_MODE_ENV} {'set to 1' if enable else 'removed'}"
+                     f"{'' if applied else ' meanwhile by another writer'}; waiting for the rollout")
         state = wait_rollout(kube, namespace, owner, generation=_generation(after), old_uids=old,
-                             timeout_s=timeout_s, progress=progress)
+                             timeout_s=timeout_s, progress=progress, stop=stop)
         readings = _readings(kube, namespace, after)
     except _Refused as exc:
         return DevModeResult(namespace, owner, role, action, "refused", (), managers, str(exc), time.monotonic() - start)
     except KubeError as exc:
-        return DevModeResult(namespace, owner, role, action, "failed", (), managers, str(exc), time.monotonic() - start)
+        return DevModeResult(namespace, owner, role, action, "failed", (), managers, refusal_text(exc),
+                             time.monotonic() - start)
     seconds = time.monotonic() - start
+    if state.interrupted:
+        return DevModeResult(namespace, owner, role, action, "interrupted", readings, managers,
+                             f"{DEV_MODE_ENV} {'set to 1' if enable else 'removed'}, so its pods are being replaced, "
+                             f"but the rollout was {state.message}; check kubectl rollout status {owner.ref()} "
+                             f"-n {namespace}", seconds, requested=True)
     if not state.done:
         return DevModeResult(namespace, owner, role, action, "timeout" if state.timed_out else "failed", readings,
                              managers, state.message, seconds)
@@ -873,6 +975,12 @@ def set_dev_mode(kube: Kube, namespace: str, owner: Owner, *, enable: bool, igno
         still = [r for r in readings if r.enabled]
         if still:
             message += f"; still on through {', '.join(sorted({str(r.source) for r in still}))}: edit that source"
+    if not applied:
+        # another writer's patch came first (a 409 and a re-read showed the change made): this
+        # run sent nothing and waited for that rollout
+        return DevModeResult(namespace, owner, role, action, "unchanged", readings, managers,
+                             f"{DEV_MODE_ENV} was {'set to 1' if enable else 'removed'} meanwhile by another writer "
+                             "(its patch came first): nothing sent by this run; waited for its rollout", seconds)
     if replaced:
         message = "; ".join(replaced) + ". " + message
     return DevModeResult(namespace, owner, role, action, "enabled" if enable else "disabled", readings, managers,

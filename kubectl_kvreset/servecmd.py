@@ -4,7 +4,7 @@ Pure: no I/O, no Kubernetes import. The input is a container dict as the Kuberne
 (JSON-decoded) plus the container's resolved environment.
 
 What is understood (facts from vLLM's ``FlexibleArgumentParser`` in
-``vllm/utils/argparse_utils.py`` and from llm-d manifests; see the project's research notes):
+``vllm/utils/argparse_utils.py`` and from llm-d manifests):
 
 * Kubernetes' ``$(VAR)`` expansion of ``command``/``args`` (``$$`` escapes ``$``; an unknown
   reference stays literal).
@@ -40,9 +40,11 @@ ConfigReader = Callable[[str], "tuple[str, str]"]
 
 __all__ = [
     "BOOLEAN_FLAGS",
+    "DEFAULT_MODEL",
     "DEFAULT_ENTRYPOINTS",
     "ServeCommandError",
     "ServeConfig",
+    "engines_unknown_reason",
     "expand_human_readable_json",
     "human_readable_int",
     "image_entrypoint",
@@ -50,6 +52,10 @@ __all__ = [
     "kubernetes_expand",
     "parse_argv",
     "parse_container",
+    "unevaluated_in",
+    "known_model",
+    "model_unknown_reason",
+    "MODEL_REDIRECT_ENV",
 ]
 
 
@@ -89,12 +95,31 @@ class ServeConfig:
             are then not established), else None.
         unresolved_vars: names of ``$VAR``/``$(VAR)`` references the environment could not
             resolve (kept literally in ``argv``).
+        unevaluated: ``(literal, reason)`` for each construct kept as written in ``argv``
+            because it could not be evaluated here (command substitution, an unset variable, a
+            ``$(VAR)`` whose value the spec does not hold): a value holding ``literal`` is not
+            what vLLM sees (:func:`unevaluated_in`).
         notes: human-readable remarks about what could not be known.
         env: the environment vLLM would see: the container env plus what the script exported or
             set for the command (e.g. ``export VLLM_USE_SIMPLE_KV_OFFLOAD=1``).
         engines_per_port: how many engines (DP ranks) answer behind each API port, from
             :func:`engines_behind_port`; 1 without data parallelism or with one API server per
             rank.
+        model_unknown: why ``model`` is not the name vLLM uses (``model_config.model``, which
+            names the FS tier's directories and LMCache's keys and files): it holds a construct
+            not evaluated, vLLM redirects it, or it is a remote URI (:func:`model_unknown_reason`);
+            None when ``model`` is that name. Per-model steps are then left.
+        model_live: ``model`` is the running server's ``model_config.model`` (read from
+            ``/server_info``), not the spec's: nothing redirects it any more.
+        engines_flags: the data-parallel flags that decide ``engines_per_port`` as vLLM reads
+            them (``("--data-parallel-size $(DP)",)``); empty without them or with one API
+            server per rank.
+        engines_unknown: why the flags do not establish ``engines_per_port`` (a value holding a
+            construct not evaluated, such as ``$(DP)`` from a ConfigMap, or an unread
+            ``--config`` file), so more engines than counted may answer behind the port; None
+            when they do.
+        engines_secret: ``engines_per_port`` was read from a Secret's value, which is never
+            shown (the count is used, not printed).
     """
 
     argv: tuple[str, ...]
@@ -114,6 +139,68 @@ class ServeConfig:
     engines_per_port: int = 1
     config_source: str | None = None
     config_error: str | None = None
+    unevaluated: tuple[tuple[str, str], ...] = ()
+    model_unknown: str | None = None
+    model_live: bool = False
+    engines_flags: tuple[str, ...] = ()
+    engines_unknown: str | None = None
+    engines_secret: bool = False
+
+
+#: vLLM's model-redirect variable (``vllm/envs.py``): a file mapping model names to others.
+MODEL_REDIRECT_ENV = "VLLM_MODEL_REDIRECT_PATH"
+_URI_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def model_unknown_reason(model: str | None, unevaluated: Sequence[tuple[str, str]], env: Mapping[str, str],
+                         redirect_source: str | None = None) -> str | None:
+    """Why ``model`` (as the command line names it) is not the name vLLM's
+    ``model_config.model`` takes, or None when it is.
+
+    * it holds a construct left as written (:func:`unevaluated_in`);
+    * ``VLLM_MODEL_REDIRECT_PATH`` is set in ``env`` (or by ``redirect_source``, a ``valueFrom``
+      the spec does not hold): vLLM replaces the name by the one that file maps it to, a local
+      directory (``vllm/transformers_utils/utils.py::maybe_model_redirect``, called from
+      ``vllm/config/model.py::ModelConfig.__post_init__``);
+    * it is a URI (``s3://``, ``gs://``, other schemes alike): vLLM 0.32 mirrors an object-store
+      model into a temporary local directory and uses that directory as ``model``
+      (``vllm/config/model.py::maybe_pull_model_tokenizer_for_runai`` sets ``self.model`` to
+      ``ObjectStorageModel.dir``, ``vllm/transformers_utils/runai_utils.py``).
+    """
+    if not model:
+        return None
+    unknown = unevaluated_in(model, unevaluated)
+    if unknown:
+        return f"the model name {model!r} cannot be evaluated from the pod spec: {'; '.join(unknown)}"
+    if env.get(MODEL_REDIRECT_ENV) or redirect_source:
+        where = redirect_source or f"{MODEL_REDIRECT_ENV}={env.get(MODEL_REDIRECT_ENV)}"
+        return (f"{MODEL_REDIRECT_ENV} is set ({where}): vLLM replaces the model name {model!r} by the one that "
+                "file maps it to (vllm/transformers_utils/utils.py::maybe_model_redirect), which the plugin does "
+                "not read")
+    if _URI_RE.match(model):
+        return (f"the model {model!r} is a remote URI: vLLM copies it to a local directory and uses that directory "
+                "as the model name (vllm/config/model.py::maybe_pull_model_tokenizer_for_runai), which the pod "
+                "spec does not say")
+    return None
+
+
+def known_model(cfg: ServeConfig) -> str | None:
+    """The model name vLLM uses (``model_config.model``) when the spec tells it, else None
+    (see :attr:`ServeConfig.model_unknown`)."""
+    return None if cfg.model_unknown else cfg.model
+
+
+def unevaluated_in(value: str | None, unevaluated: Sequence[tuple[str, str]]) -> list[str]:
+    """Why ``value`` (a path or setting read from the command line or its environment) is not
+    what the server sees: the reasons of the ``unevaluated`` constructs (see
+    :attr:`ServeConfig.unevaluated`) whose literal text it holds; empty when none.
+
+    A value holding such a literal was built around a construct the reader left as written, so
+    the real value is unknown (a literal that the spec itself writes, e.g. in single quotes,
+    is never recorded there and does not count)."""
+    if not value:
+        return []
+    return list(dict.fromkeys(reason for literal, reason in unevaluated if literal and literal in value))
 
 
 def engines_behind_port(dp_size: int | None, dp_local: int | None, *, external_lb: bool,
@@ -132,6 +219,26 @@ def engines_behind_port(dp_size: int | None, dp_local: int | None, *, external_l
     return max(dp_size or dp_local or 1, 1)
 
 
+def engines_unknown_reason(flags: Sequence[str], unevaluated: Sequence[tuple[str, str]],
+                           config_error: str | None) -> str | None:
+    """Why the data-parallel ``flags`` (``"--data-parallel-size VALUE"`` items, see
+    :attr:`ServeConfig.engines_flags`) do not establish the engines behind a port, or None
+    when they do: a value that is not an integer (the reasons of the ``unevaluated`` constructs
+    it holds, e.g. a ``$(DP)`` whose ConfigMap is not read), or a ``--config`` file that could
+    not be read (``config_error``), which may set the size itself."""
+    why: list[str] = []
+    for flag in flags:
+        name, _, raw = flag.partition(" ")
+        try:
+            int(raw)
+        except ValueError:
+            reasons = unevaluated_in(raw, unevaluated)
+            why.append(f"{name} {raw}: " + ("; ".join(reasons) if reasons else "not an integer here"))
+    if config_error is not None:
+        why.append(f"the --config file, which may set the data-parallel size, was not read ({config_error})")
+    return "; ".join(why) or None
+
+
 # --------------------------------------------------------------------------------------------
 # Image entrypoints
 # --------------------------------------------------------------------------------------------
@@ -142,8 +249,8 @@ _API_SERVER: tuple[str, ...] = ("python3", "-m", "vllm.entrypoints.openai.api_se
 #: Image repository glob (tag and digest removed, ``docker.io/`` and ``library/`` dropped) ->
 #: the entrypoint argv the image runs when a container has no ``command``; None = not vLLM.
 #: First match wins. Sources: ``vllm/vllm-openai`` images have ``ENTRYPOINT ["vllm","serve"]``
-#: (research/vllm.md §4); llm-d images start ``python -m vllm.entrypoints.openai.api_server``
-#: (llm-d ``docker/Dockerfile.cuda``, research/llmd.md §2.2). llm-d's sidecar, router and
+#: (vLLM ``docker/Dockerfile``); llm-d images start ``python -m vllm.entrypoints.openai.api_server``
+#: (llm-d ``docker/Dockerfile.cuda``). llm-d's sidecar, router and
 #: scheduler images share the ``ghcr.io/llm-d/llm-d`` prefix and are excluded first.
 DEFAULT_ENTRYPOINTS: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("*sidecar*", None),
@@ -198,8 +305,9 @@ def image_entrypoint(
 def image_vllm_release(image: str) -> tuple[int, int, int] | None:
     """The vLLM release a ``vllm/vllm-openai[-*]:vX.Y.Z[-suffix]`` image tag names, else None.
 
-    Only vLLM's own images: llm-d images carry llm-d's version, not vLLM's (research notes,
-    vllm §5). Used before any call, where the running server cannot be asked yet (the
+    Only vLLM's own images: llm-d images carry llm-d's version, not vLLM's (llm-d
+    builds vLLM from a pinned commit, ``docker/common-versions``). Used before any call, where
+    the running server cannot be asked yet (the
     nested-mapping rule of ``--config`` files, :mod:`kubectl_kvreset.configfile`).
     """
     repo = _image_repository(image)
@@ -216,12 +324,16 @@ def image_vllm_release(image: str) -> tuple[int, int, int] | None:
 # --------------------------------------------------------------------------------------------
 
 
-def kubernetes_expand(text: str, env: Mapping[str, str], unresolved: list[str] | None = None) -> str:
+def kubernetes_expand(text: str, env: Mapping[str, str], unresolved: list[str] | None = None,
+                      unevaluated: list[tuple[str, str]] | None = None) -> str:
     """Expand ``$(VAR)`` references in one ``command``/``args`` item as the kubelet does.
 
     ``$$`` becomes ``$``; ``$(NAME)`` becomes ``env[NAME]`` when defined and stays literal
-    otherwise (its name is appended to ``unresolved`` when NAME looks like a variable name);
-    any other ``$`` is kept. Rule from Kubernetes ``third_party/forked/golang/expansion``.
+    otherwise (its name is appended to ``unresolved`` when NAME looks like a variable name, and
+    ``("$(NAME)", reason)`` to ``unevaluated``: the kubelet expands it from the container's
+    whole environment, ``envFrom`` and ``valueFrom`` sources and service variables included,
+    which ``env`` may not hold); any other ``$`` is kept. Rule from Kubernetes
+    ``third_party/forked/golang/expansion``.
     """
     out: list[str] = []
     i = 0
@@ -242,8 +354,14 @@ def kubernetes_expand(text: str, env: Mapping[str, str], unresolved: list[str] |
                         out.append(env[name])
                     else:
                         out.append(text[i:close + 1])
-                        if unresolved is not None and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name):
-                            unresolved.append(name)
+                        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name):
+                            if unresolved is not None:
+                                unresolved.append(name)
+                            if unevaluated is not None:
+                                unevaluated.append((text[i:close + 1], (
+                                    f"$({name}) is not resolved: {name} is not a literal env entry of the "
+                                    "container (a valueFrom or envFrom source, or none, which the kubelet "
+                                    "then leaves as written)")))
                     i = close + 1
                     continue
         out.append(c)
@@ -386,9 +504,40 @@ BOOLEAN_FLAGS: frozenset[str] = frozenset({
     "allow-deprecated-quantization", "enable-dual-batch-overlap", "disable-log-stats-server",
 })
 
-#: Flags that take one or more values (argparse ``nargs="+"``).
-_MULTI_VALUE_FLAGS = frozenset({"served-model-name", "lora-modules", "cuda-graph-sizes",
-                                "prompt-adapters"})
+#: Flags that take one or more values (argparse ``nargs="+"``): argparse gives such a flag every
+#: following token up to the next ``-``-prefixed one, so a positional model written after it is
+#: the flag's value, not the model. The list is every ``nargs="+"``/``"*"`` action of vLLM 0.32.0's
+#: ``vllm serve`` parser (``vllm/entrypoints/cli/serve.py::ServeSubcommand.subparser_init`` ->
+#: ``vllm/entrypoints/openai/cli_args.py::make_arg_parser``, options from
+#: ``vllm/engine/arg_utils.py::EngineArgs.add_cli_args`` and ``FrontendArgs``); none is ``"*"``.
+#: ``cuda-graph-sizes`` and ``prompt-adapters`` are the ``nargs="+"`` flags of earlier releases.
+_MULTI_VALUE_FLAGS = frozenset({
+    "allowed-media-domains", "api-key", "collect-detailed-traces", "cpu-offload-params",
+    "cudagraph-capture-sizes", "ignore-patterns", "kv-cache-dtype-skip-layers",
+    "logits-processors", "lora-modules", "lora-target-modules", "numa-bind-cpus",
+    "numa-bind-nodes", "offload-params", "served-model-name", "sleep-preserve-parameter-names",
+    "cuda-graph-sizes", "prompt-adapters",
+})
+
+#: vLLM 0.32.0 serve flags that are proper prefixes of a multi-value flag (so they are not
+#: abbreviations of it). argparse's ``allow_abbrev`` (on in vLLM's parser) reads any other
+#: proper prefix, e.g. ``--api-ke``, as the flag it abbreviates.
+_PREFIX_FLAGS = frozenset({"numa-bind", "kv-cache-dtype"})
+
+
+def _multi_value(name: str) -> bool:
+    """Does ``--name`` (normalised) take every following value, as a multi-value flag or an
+    abbreviation of one (argparse ``allow_abbrev``)?"""
+    if name in _MULTI_VALUE_FLAGS:
+        return True
+    return (name not in _PREFIX_FLAGS and name not in BOOLEAN_FLAGS and len(name) > 2
+            and any(flag.startswith(name) for flag in _MULTI_VALUE_FLAGS))
+
+
+#: The model ``vllm serve`` loads when none is named (``vllm/config/model.py::ModelConfig.model``
+#: in vLLM 0.32.0), and the release it is known for.
+DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
+DEFAULT_MODEL_RELEASE = (0, 32)
 
 #: Short vLLM aliases -> long flag (``vllm/engine/arg_utils.py``).
 _SHORT_FLAGS = {
@@ -458,7 +607,8 @@ def _walk_flags(args: Sequence[str]) -> _Parsed:
                 values = [inline]
             elif name in BOOLEAN_FLAGS or name.startswith("no-") or tok in _SHORT_BOOLEAN:
                 values = []
-            elif name in _MULTI_VALUE_FLAGS:
+            elif tok.startswith("--") and _multi_value(name):
+                name = next((f for f in sorted(_MULTI_VALUE_FLAGS) if f.startswith(name)), name)
                 values = []
                 while i + 1 < n and _is_value_token(args[i + 1]):
                     values.append(args[i + 1])
@@ -586,7 +736,8 @@ def _splice_config(argv: list[str], entrypoint: str, first_arg: int, reader: Con
 def _build_config(argv: list[str], entrypoint: str, first_arg: int, env: Mapping[str, str],
                   unresolved: list[str], notes: list[str],
                   config_reader: ConfigReader | None = None,
-                  config_version: tuple[int, ...] | None = None) -> ServeConfig:
+                  config_version: tuple[int, ...] | None = None,
+                  unevaluated: Sequence[tuple[str, str]] = ()) -> ServeConfig:
     """Turn a vLLM invocation into a :class:`ServeConfig` (``--config FILE`` read through
     ``config_reader`` when given)."""
     config_source: str | None = None
@@ -608,6 +759,23 @@ def _build_config(argv: list[str], entrypoint: str, first_arg: int, env: Mapping
     model = _last(parsed, "model")
     if entrypoint == "vllm serve" and parsed.positionals:
         model = parsed.positionals[0]
+    default_unknown: str | None = None
+    if model is None:
+        # values are not shown: --api-key's are secrets
+        swallowed = [f"{len(v.split(chr(0)))} value(s) to the {name} flag" for name in sorted(_MULTI_VALUE_FLAGS)
+                     for v in parsed.flags.get(name, []) if v]
+        why = ("no model is named" + (f" (argparse gives every value after a multi-value flag to that flag: "
+                                      f"{'; '.join(swallowed)})" if swallowed else ""))
+        if config_error is not None:
+            pass  # the unread file may name it: no model, as without a swallowing flag
+        elif config_version is not None and tuple(config_version[:2]) == DEFAULT_MODEL_RELEASE:
+            model = DEFAULT_MODEL
+            notes.append(f"{why}: vLLM {'.'.join(map(str, config_version))} serves its default model {DEFAULT_MODEL} "
+                         "(vllm/config/model.py::ModelConfig.model)")
+        elif swallowed:
+            default_unknown = (f"{why}: vLLM serves its default model, which depends on the release "
+                               f"({DEFAULT_MODEL} in vLLM 0.32, vllm/config/model.py::ModelConfig.model) and "
+                               "the image does not name a release this plugin knows")
     served_raw = _last(parsed, "served-model-name")
     served = served_raw.split("\0")[0] if served_raw else None
 
@@ -639,11 +807,14 @@ def _build_config(argv: list[str], entrypoint: str, first_arg: int, env: Mapping
         dp_size, _ = _int_flag(parsed, "data-parallel-size", [])
     except ServeCommandError:
         dp_size = None  # vLLM itself refuses it; the engine count stays unknown (1)
+    external_lb = ("data-parallel-multi-port-external-lb" in parsed.flags
+                   or "data-parallel-external-lb" in parsed.flags)
     engines = engines_behind_port(
         dp_size if dp_size is None or 0 < dp_size <= 4096 else None, dpl,
-        external_lb=("data-parallel-multi-port-external-lb" in parsed.flags
-                     or "data-parallel-external-lb" in parsed.flags),
-        hybrid_lb="data-parallel-hybrid-lb" in parsed.flags)
+        external_lb=external_lb, hybrid_lb="data-parallel-hybrid-lb" in parsed.flags)
+    engines_flags = () if external_lb else tuple(
+        f"--{name} {raw}" for name in ("data-parallel-size", "data-parallel-size-local")
+        if (raw := _last(parsed, name)) is not None)
 
     ktc: dict[str, Any] | None = None
     full = _last(parsed, "kv-transfer-config")
@@ -699,12 +870,17 @@ def _build_config(argv: list[str], entrypoint: str, first_arg: int, env: Mapping
         engines_per_port=engines,
         config_source=config_source,
         config_error=config_error,
+        unevaluated=tuple(dict.fromkeys(unevaluated)),
+        model_unknown=default_unknown,
+        engines_flags=engines_flags,
+        engines_unknown=engines_unknown_reason(engines_flags, unevaluated, config_error),
     )
 
 
 def parse_argv(argv: Sequence[str], env: Mapping[str, str],
                config_reader: ConfigReader | None = None,
-               config_version: tuple[int, ...] | None = None) -> ServeConfig | None:
+               config_version: tuple[int, ...] | None = None,
+               external: frozenset[str] = frozenset()) -> ServeConfig | None:
     """Parse a process argv (after Kubernetes expansion) that may start vLLM.
 
     ``argv`` may be the vLLM invocation itself (``vllm serve ...``, ``python3 -m ...``) or a
@@ -712,7 +888,9 @@ def parse_argv(argv: Sequence[str], env: Mapping[str, str],
     ``exec ...``. ``env`` is the process environment (used for ``$VAR`` in scripts).
     ``config_reader`` reads a ``--config FILE`` (see :data:`ConfigReader`); without one such a
     file is not read and ``config_error`` says so. ``config_version``: the vLLM release known
-    before any call (the image tag), for the file's nested-mapping rule.
+    before any call (the image tag), for the file's nested-mapping rule. ``external``: names
+    the kubelet sets from a ``valueFrom`` source not in ``env`` (their ``${NAME:-word}`` is left
+    as written, see :class:`~kubectl_kvreset.shellscript.Shell`).
 
     Returns:
         A :class:`ServeConfig`, or None when no vLLM API server is started.
@@ -721,7 +899,7 @@ def parse_argv(argv: Sequence[str], env: Mapping[str, str],
         ServeCommandError: malformed vLLM arguments (e.g. invalid ``--kv-transfer-config``
             JSON, non-integer ``--port``) or an unreadable script (unbalanced quotes).
     """
-    shell = Shell(env, wanted=lambda words: _vllm_entrypoint(words) is not None)
+    shell = Shell(env, wanted=lambda words: _vllm_entrypoint(words) is not None, external=external)
     try:
         found = shell.run_words(list(argv))
     except RecursionError as exc:
@@ -737,9 +915,73 @@ def parse_argv(argv: Sequence[str], env: Mapping[str, str],
     entrypoint, first = entry
     try:
         return _build_config(list(words), entrypoint, first, cmd_env, shell.unresolved,
-                             shell.notes, config_reader, config_version)
+                             shell.notes, config_reader, config_version, shell.unevaluated)
     except RecursionError as exc:
         raise ServeCommandError("vLLM arguments too deeply nested to read") from exc
+
+
+def _env_sources(container: Mapping[str, Any]) -> dict[str, str]:
+    """Where the kubelet takes the variables of ``container`` that the spec does not hold
+    literally: name -> ``ConfigMap NAME key K`` / ``Secret NAME key K`` for ``valueFrom``
+    entries, and ``*`` -> the ``envFrom`` sources (which may set any name)."""
+    out: dict[str, str] = {}
+    literal: set[str] = set()
+    env_from = bool(container.get("envFrom"))
+    for entry in container.get("env") or []:
+        vf = entry.get("valueFrom") if isinstance(entry, Mapping) else None
+        if not isinstance(vf, Mapping):
+            # a later literal entry replaces an earlier valueFrom one (the last entry wins)
+            if isinstance(entry, Mapping):
+                name = str(entry.get("name"))
+                out.pop(name, None)
+                literal.discard(name)
+                # a value referring to a variable not read here is expanded by the kubelet
+                # with that variable's real value (k8s.io/kubernetes/third_party/forked/golang/
+                # expansion, earlier entries only), so it is not known either
+                # (the value itself is not shown: it may hold a secret)
+                for used in _k8s_refs(str(entry.get("value") or "")):
+                    if used in out or (env_from and used not in literal):
+                        out[name] = (f"its env value, which refers to $({used}), and {used} comes from "
+                                     f"{out.get(used) or 'envFrom'}")
+                        break
+                else:
+                    literal.add(name)
+            continue
+        literal.discard(str(entry.get("name")))
+        for key, kind in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")):
+            ref = vf.get(key)
+            if isinstance(ref, Mapping):
+                out[str(entry.get("name"))] = f"{kind} {ref.get('name')} key {ref.get('key')}"
+    froms = [f"{kind} {(src.get(key) or {}).get('name')}" for src in container.get("envFrom") or []
+             if isinstance(src, Mapping)
+             for key, kind in (("configMapRef", "ConfigMap"), ("secretRef", "Secret")) if key in src]
+    if froms:
+        out["*"] = "envFrom " + ", ".join(froms)
+    return out
+
+
+def _k8s_refs(text: str) -> list[str]:
+    """The names of the ``$(NAME)`` references of one env value (``$$`` escapes ``$``)."""
+    return [m.group(1) for m in re.finditer(r"\$\$|\$\(([^)]*)\)", text) if m.group(1) is not None]
+
+
+_REF_NAME_RE = re.compile(r"^\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}|\(([A-Za-z_][A-Za-z0-9_]*)\))$")
+
+
+def _sourced_reason(literal: str, reason: str, sources: Mapping[str, str]) -> str:
+    """``reason`` for an unevaluated ``$NAME``/``${NAME}``/``$(NAME)``, naming the ConfigMap or
+    Secret the kubelet takes NAME from when the spec says (the command is read from the pod
+    spec alone, so such a value is not known here)."""
+    m = _REF_NAME_RE.match(literal)
+    if m is None:
+        return reason
+    name = m.group(1) or m.group(2) or m.group(3)
+    if name in sources:
+        return (f"{literal}: {name} comes from {sources[name]}, which is not read with the pod spec (write the "
+                "value literally in the command or the container's env so the plugin can read it)")
+    if "*" in sources:
+        return f"{reason}; {sources['*']} may set {name}"
+    return reason
 
 
 def parse_container(
@@ -766,8 +1008,9 @@ def parse_container(
         ServeCommandError: see :func:`parse_argv`.
     """
     unresolved: list[str] = []
-    command = [kubernetes_expand(str(x), env, unresolved) for x in container.get("command") or []]
-    args = [kubernetes_expand(str(x), env, unresolved) for x in container.get("args") or []]
+    k8s_unevaluated: list[tuple[str, str]] = []
+    command = [kubernetes_expand(str(x), env, unresolved, k8s_unevaluated) for x in container.get("command") or []]
+    args = [kubernetes_expand(str(x), env, unresolved, k8s_unevaluated) for x in container.get("args") or []]
     notes: list[str] = []
     if not command:
         entry = image_entrypoint(str(container.get("image", "")), image_entrypoints)
@@ -775,11 +1018,19 @@ def parse_container(
             return None
         command = list(entry)
         notes.append(f"no command: image entrypoint {' '.join(entry)!r} assumed")
+    sources = _env_sources(container)
     cfg = parse_argv(command + args, env, config_reader,
-                     image_vllm_release(str(container.get("image", ""))))
+                     image_vllm_release(str(container.get("image", ""))),
+                     external=frozenset(n for n in sources if n != "*"))
     if cfg is None:
         return None
     merged_unresolved = tuple(dict.fromkeys([*unresolved, *cfg.unresolved_vars]))
+    # a $(NAME) the kubelet leaves as written and the shell then reads (``$(hostname)``) is
+    # named by the shell's reason alone
+    by_shell = {literal for literal, _ in cfg.unevaluated}
+    merged_unevaluated = tuple(dict.fromkeys(
+        (literal, _sourced_reason(literal, reason, sources))
+        for literal, reason in [*cfg.unevaluated, *(u for u in k8s_unevaluated if u[0] not in by_shell)]))
     return ServeConfig(
         argv=cfg.argv, entrypoint=cfg.entrypoint, model=cfg.model,
         served_model_name=cfg.served_model_name, api_ports=cfg.api_ports, scheme=cfg.scheme,
@@ -790,4 +1041,9 @@ def parse_container(
         unresolved_vars=merged_unresolved, notes=tuple(notes) + cfg.notes, env=cfg.env,
         engines_per_port=cfg.engines_per_port,
         config_source=cfg.config_source, config_error=cfg.config_error,
+        unevaluated=merged_unevaluated,
+        engines_flags=cfg.engines_flags,
+        engines_unknown=engines_unknown_reason(cfg.engines_flags, merged_unevaluated, cfg.config_error),
+        model_unknown=(cfg.model_unknown
+                       or model_unknown_reason(cfg.model, merged_unevaluated, cfg.env, sources.get(MODEL_REDIRECT_ENV))),
     )

@@ -1,7 +1,6 @@
 """From a vLLM kv-transfer-config to the KV cache tiers a server fills.
 
-Pure: no I/O. Facts from the project's research notes (research/vllm.md §3, research/lmcache.md
-§0-§5, research/llmd.md §2.2):
+Pure: no I/O. Facts from the vLLM, LMCache and llm-d sources named below:
 
 * GPU prefix cache: always there.
 * CPU tier: ``OffloadingConnector`` with ``CPUOffloadingSpec`` (the default spec) or
@@ -23,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -38,6 +37,7 @@ __all__ = [
     "TierKind",
     "layout_from_config",
     "layout_from_serve",
+    "mark_unevaluated",
 ]
 
 OFFLOADING_CONNECTOR = "OffloadingConnector"
@@ -45,19 +45,30 @@ SIMPLE_CPU_CONNECTOR = "SimpleCPUOffloadConnector"
 MULTI_CONNECTOR = "MultiConnector"
 MOONCAKE_STORE_CONNECTOR = "MooncakeStoreConnector"
 LMCACHE_MP_CONNECTOR = "LMCacheMPConnector"
+#: The :attr:`Tier.spec` of an ``LMCacheMPConnector`` tier whose class is vLLM's own copy
+#: (``LMCACHE_USE_UPSTREAM_MP`` set, no ``kv_connector_module_path`` naming LMCache's module):
+#: vLLM 0.32.0's ``vllm/distributed/kv_transfer/kv_connector/v1/lmcache_mp_connector.py::
+#: _resolve_lmcache_mp_connector`` returns ``LMCacheMPConnectorUpstream`` then, which has no
+#: ``reset_cache``. Otherwise (spec None) the name resolves to LMCache's own class where lmcache is
+#: importable (``lmcache/integration/vllm/lmcache_mp_connector.py``).
+LMCACHE_MP_UPSTREAM = "LMCacheMPConnectorUpstream"
+#: The module of LMCache's own MP connector class, as ``kv_connector_module_path`` names it.
+LMCACHE_MP_MODULE = "lmcache.integration.vllm.lmcache_mp_connector"
 CPU_SPEC = "CPUOffloadingSpec"
 TIERING_SPEC = "TieringOffloadingSpec"
 SHARED_STORAGE_SPEC = "SharedStorageOffloadingSpec"
 
-#: LMCache connectors that run LMCache inside the vLLM process (lmcache.md §4).
+#: LMCache connectors that run LMCache inside the vLLM process (LMCache
+#: ``lmcache/integration/vllm/lmcache_connector_v1.py``).
 LMCACHE_CONNECTORS: frozenset[str] = frozenset({
     "LMCacheConnectorV1", "LMCacheConnectorV1Dynamic", "LMCacheConnector",
 })
 
-#: Tiering secondary tier types that are a file system under ``root_dir`` (vllm.md §3.1).
+#: Tiering secondary tier types that are a file system under ``root_dir``
+#: (``vllm/v1/kv_offload/tiering/fs/manager.py``).
 FS_TIER_TYPES: frozenset[str] = frozenset({"fs", "fs_python"})
 
-#: LMCache ``remote_url`` scheme -> store name (lmcache.md §3).
+#: LMCache ``remote_url`` scheme -> store name (``lmcache/v1/storage_backend/connector/__init__.py``).
 _REMOTE_STORES: dict[str, str] = {
     "redis": "redis", "rediss": "redis", "unix": "redis", "redis-sentinel": "redis",
     "redis-cluster": "redis", "resp": "redis", "valkey": "valkey", "lm": "lmcache-server",
@@ -82,7 +93,8 @@ class Tier:
     Attributes:
         kind: see :class:`TierKind`.
         connector: the KV connector that manages it (None for the GPU prefix cache).
-        spec: the OffloadingConnector spec name (e.g. ``TieringOffloadingSpec``), else None.
+        spec: the OffloadingConnector spec name (e.g. ``TieringOffloadingSpec``); for an
+            ``LMCacheMPConnector``, :data:`LMCACHE_MP_UPSTREAM` when vLLM loads its own copy; else None.
         root_dir: FS tier: the directory whose contents are the tier (``root_dir`` /
             ``shared_storage_path`` / LMCache ``local_disk``).
         tier_type: FS tier type: ``"fs"``, ``"fs_python"``, legacy ``"shared_storage"`` or
@@ -90,6 +102,11 @@ class Tier:
         store: SHARED: ``"lmcache-mp"`` (an MP server), ``"lmcache-server"`` (``lm://``), ``"redis"``, ``"valkey"``, ``"mooncake-master"``,
             ``"infinistore"``, ``"s3"``, ``"lmcache-fs"``, ``"tiering-<type>"``...
         endpoint: SHARED: the address when the config names it (URL or host:port).
+        unevaluated: FS tier: why ``root_dir`` is not the directory the server uses (it holds a
+            construct the command line's reader could not evaluate, e.g. ``$(hostname)`` in a
+            ``bash -c`` script or an unset variable), else None. Such a root is never emptied.
+        from_file: the file the tier was read from (LMCache's ``LMCACHE_CONFIG_FILE``, read from
+            its ConfigMap or Secret), None for a tier the command line or env names.
     """
 
     kind: TierKind
@@ -99,6 +116,8 @@ class Tier:
     tier_type: str | None = None
     store: str | None = None
     endpoint: str | None = None
+    unevaluated: str | None = None
+    from_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,7 +151,8 @@ def _truthy(value: Any) -> bool:
 def _lmcache_setting(extra: Mapping[str, Any], env: Mapping[str, str], key: str) -> Any:
     """An LMCache setting from ``kv_connector_extra_config`` (``lmcache.<key>``) or ``LMCACHE_<KEY>``.
 
-    The extra config wins (it is the per-deployment override; lmcache.md §2-§3).
+    The extra config wins (it is the per-deployment override;
+    ``lmcache/integration/vllm/utils.py::lmcache_get_or_create_config``).
     """
     for candidate in (f"lmcache.{key}", key):
         if candidate in extra:
@@ -235,7 +255,7 @@ def _walk(cfg: Mapping[str, Any], env: Mapping[str, str], connectors: list[str],
         host = extra.get("lmcache.mp.host")
         port = extra.get("lmcache.mp.port")
         endpoint = f"{host}:{port}" if host and port else (str(host) if host else None)
-        tiers.append(Tier(kind=TierKind.SHARED, connector=name, spec=None,
+        tiers.append(Tier(kind=TierKind.SHARED, connector=name, spec=_mp_class(cfg, env),
                           store="lmcache-mp", endpoint=endpoint))
     elif name == MOONCAKE_STORE_CONNECTOR:
         tiers.append(Tier(kind=TierKind.SHARED, connector=name, spec=None,
@@ -243,6 +263,22 @@ def _walk(cfg: Mapping[str, Any], env: Mapping[str, str], connectors: list[str],
         if env.get("MOONCAKE_CONFIG_PATH") and not _mooncake_endpoint(extra, env):
             notes.append(f"{name}: Mooncake master named in {env['MOONCAKE_CONFIG_PATH']} "
                          "(a file in the pod), not read")
+
+
+def _mp_class(cfg: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+    """:data:`LMCACHE_MP_UPSTREAM` when vLLM loads its own ``LMCacheMPConnector`` copy, else None
+    (LMCache's class, or a class this plugin does not know).
+
+    ``kv_connector_module_path`` wins over the registry (``vllm/distributed/kv_transfer/
+    kv_connector/factory.py::KVConnectorFactory.get_connector_class``, 0.32.0): naming
+    LMCache's module loads LMCache's class whatever the env says. Without it (or naming vLLM's own
+    module), vLLM 0.32.0's resolver returns its own copy when ``LMCACHE_USE_UPSTREAM_MP`` is set to
+    any non-empty value (``os.environ.get``; ``"0"`` counts as set).
+    """
+    module = cfg.get("kv_connector_module_path")
+    if isinstance(module, str) and module and not module.startswith("vllm."):
+        return None
+    return LMCACHE_MP_UPSTREAM if env.get("LMCACHE_USE_UPSTREAM_MP") else None
 
 
 def _apply_offloading_flags(ktc: Mapping[str, Any] | None, size_gib: float,
@@ -327,7 +363,9 @@ def _dedupe(tiers: Sequence[Tier]) -> tuple[Tier, ...]:
 def layout_from_serve(cfg: ServeConfig, env: Mapping[str, str] | None = None) -> KVLayout:
     """:func:`layout_from_config` for a parsed command line.
 
-    ``env`` is the container env; what the command's script exported (``cfg.env``) wins.
+    ``env`` is the container env; what the command's script exported (``cfg.env``) wins. An FS
+    tier whose root holds a construct the reader left as written (``cfg.unevaluated``) gets
+    :attr:`Tier.unevaluated`; an ``LMCACHE_CONFIG_FILE`` holding one is noted.
     """
     merged: dict[str, str] = dict(env or {})
     merged.update(cfg.env)
@@ -337,9 +375,32 @@ def layout_from_serve(cfg: ServeConfig, env: Mapping[str, str] | None = None) ->
         kv_offloading_backend=cfg.kv_offloading_backend,
         env=merged,
     )
+    layout = mark_unevaluated(layout, cfg.unevaluated, merged)
     if cfg.config_error is not None:
         extra_note = (f"--config {cfg.config_file} not read: a kv-transfer-config set there "
                       "is unknown")
         return KVLayout(connectors=layout.connectors, tiers=layout.tiers,
                         kv_role=layout.kv_role, notes=(*layout.notes, extra_note))
     return layout
+
+
+def mark_unevaluated(layout: KVLayout, unevaluated: Sequence[tuple[str, str]],
+                     env: Mapping[str, str] | None = None) -> KVLayout:
+    """``layout`` with :attr:`Tier.unevaluated` set on each FS tier whose root holds a construct
+    the command line's reader left as written (``unevaluated``: ``ServeConfig.unevaluated``),
+    and a note when ``LMCACHE_CONFIG_FILE`` in ``env`` holds one. Used for the spec's layout and
+    for the running server's (whose LMCache settings may still come from the spec's env)."""
+    from .servecmd import unevaluated_in
+
+    if not unevaluated:
+        return layout
+    tiers: list[Tier] = []
+    notes = list(layout.notes)
+    for tier in layout.tiers:
+        why = unevaluated_in(tier.root_dir, unevaluated) if tier.kind is TierKind.FS else []
+        tiers.append(replace(tier, unevaluated="; ".join(why)) if why else tier)
+    config_file = (env or {}).get("LMCACHE_CONFIG_FILE")
+    config_file_why = unevaluated_in(config_file, unevaluated)
+    if config_file_why and any(c in LMCACHE_CONNECTORS for c in layout.connectors):
+        notes.append(f"LMCACHE_CONFIG_FILE {config_file} cannot be evaluated here: " + "; ".join(config_file_why))
+    return KVLayout(connectors=layout.connectors, tiers=tuple(tiers), kv_role=layout.kv_role, notes=tuple(notes))

@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 #: First vLLM release whose reset answer carries ``{"success": bool}`` (vllm PR #46893).
 JSON_RESET_BODY_SINCE = Version("0.26.0")
-#: ``reset_external`` query parameter (vllm PR #27170).
-RESET_EXTERNAL_SINCE = Version("0.13.0")
-#: ``reset_running_requests`` query parameter (vllm PR #28827).
-RESET_RUNNING_SINCE = Version("0.12.0")
 #: ``POST /reset_mm_cache`` (absent in 0.11.0, present in 0.11.1).
 RESET_MM_SINCE = Version("0.11.1")
 #: ``POST /reset_encoder_cache`` (present from 0.16.0 among checked releases).
@@ -30,10 +27,10 @@ RESET_ENCODER_SINCE = Version("0.16.0")
 #: First release whose reset answer is the AND over every data-parallel engine behind the port:
 #: 0.32.0's ``vllm/v1/engine/core_client.py::AsyncMPClient.reset_prefix_cache_async`` returns
 #: ``all(await self.call_utility_all_async(...))`` and ``DPLBAsyncMPClient`` does not override it
-#: (read in the installed 0.32.0 sources; research on vLLM §3 item 5 saw the same in 0.33.0).
-#: Up to 0.28.0 the call went through ``call_utility_async``, which under internal DP load
-#: balancing answers engine 0's result only (research §3 item 5). 0.29-0.31 were not read
-#: (research §7 lists the aggregation there as open), so they count as engine 0 only.
+#: (read in the installed 0.32.0 sources; the 0.33.0 release wheel's ``core_client.py`` does the
+#: same). Up to 0.28.0 (the 0.28.0 wheel's ``core_client.py``) the call went through
+#: ``call_utility_async``, which under internal DP load balancing (``DPLBAsyncMPClient``) answers
+#: engine 0's result only. 0.29-0.31 were not read, so they count as engine 0 only.
 RESET_ALL_ENGINES_SINCE = Version("0.32.0")
 
 
@@ -125,7 +122,9 @@ def read_reset_answer(status: int, body: bytes, headers: Mapping[str, str] | Non
 
     200 + ``{"success": true}`` -> CLEARED; ``{"success": false}`` -> BUSY (retryable);
     200 with an empty body -> UNCONFIRMED (vLLM < 0.26 answers so whatever happened);
-    404 -> DEV_MODE_OFF; 5xx -> SERVER_ERROR (retryable: the reset is idempotent);
+    404 -> DEV_MODE_OFF; a 5xx saying requests wait for remote KV transfer -> BUSY (retried
+    until the busy timeout, never forced further); other 5xx -> SERVER_ERROR (retryable: the
+    reset is idempotent);
     400/405/422 -> BAD_REQUEST. The answer must be vLLM's own, not the API server's Status.
     """
     text = body.decode("utf-8", "replace").strip()
@@ -143,11 +142,21 @@ def read_reset_answer(status: int, body: bytes, headers: Mapping[str, str] | Non
         return ResetAnswer(ResetOutcome.UNEXPECTED, f"200 with an unexpected body: {text[:80]}", False)
     if status == 404:
         return ResetAnswer(ResetOutcome.DEV_MODE_OFF, "404: the dev routes are off (VLLM_SERVER_DEV_MODE is not set to 1)", False)
+    if status >= 500 and REMOTE_KV_BUSY in text:
+        # a forced reset while requests wait for remote KV (a P/D prefill pod): blocks are
+        # still held, so it is busy, not an error (0.32.0 vllm/v1/core/sched/scheduler.py
+        # ::reset_prefix_cache raises with this text; the API server answers 500)
+        return ResetAnswer(ResetOutcome.BUSY, f"vLLM answered {status}: requests are waiting for remote KV transfer "
+                           "(blocks still held)", True)
     if status >= 500:
         return ResetAnswer(ResetOutcome.SERVER_ERROR, f"vLLM answered {status}: {_error_text(text)}", True)
     if status in (400, 405, 422):
         return ResetAnswer(ResetOutcome.BAD_REQUEST, f"vLLM refused the request ({status}): {_error_text(text)}", False)
     return ResetAnswer(ResetOutcome.UNEXPECTED, f"vLLM answered {status}: {_error_text(text)}", False)
+
+
+#: The text of vLLM's 500 for a forced reset while requests wait for remote KV transfer.
+REMOTE_KV_BUSY = "waiting for remote KV transfer"
 
 
 def _error_text(text: str) -> str:
@@ -301,39 +310,59 @@ class EngineCount:
             (the serve flags, ``kubectl_kvreset.servecmd.engines_behind_port``).
         note: a disagreement between the two sources, or why ``/metrics`` could not say; None
             when they agree or the labels were not needed.
+        unknown: why the count is not established (the flags do not give it and ``/metrics``
+            did not either): more engines than ``count`` may answer behind the port; None when
+            it is established.
     """
 
     count: int
     labels: tuple[str, ...] = ()
     source: str = "flags"
     note: str | None = None
+    unknown: str | None = None
 
 
 def engine_count(flag_engines: int, labels: Sequence[str] | None, *, unread: str | None = None,
-                 port: int | None = None) -> EngineCount:
+                 port: int | None = None, flags_unknown: str | None = None,
+                 flags_secret: bool = False) -> EngineCount:
     """Decide the engine count behind ``port`` from the serve flags (``flag_engines``) and the
     ``engine`` labels of one ``/metrics`` scrape of that server (``labels``; None when it was
     not read, then ``unread`` says why).
 
+    ``flags_unknown``: why the flags do not establish their count (a ``$(VAR)`` not resolved,
+    :attr:`kubectl_kvreset.servecmd.ServeConfig.engines_unknown`); ``flags_secret``: their
+    count was read from a Secret, so it is never written in a note.
+
     The labels win when there are any: they are what the running server reports, while the
     flags miss data parallelism set where the spec does not show it (a ``--config`` file in the
-    image, ``$(VAR)`` from a ConfigMap, a launcher script). A disagreement is noted. Without
-    labels (not read, unreadable, or a scrape without the label) the flags decide; a
-    ``/metrics`` that could not be read is noted, as the count may then be too low.
+    image, ``$(VAR)`` from a ConfigMap not readable, a launcher script). A disagreement is
+    noted. Without labels (not read, unreadable, or a scrape without the label) the flags
+    decide; a ``/metrics`` that could not be read is noted, as the count may then be too low,
+    and where the flags do not establish the count either, :attr:`EngineCount.unknown` says
+    why (a reset answer of engine 0 alone then confirms nothing beyond it).
     """
     flags = max(int(flag_engines), 1)
     where = f" behind port {port}" if port is not None else ""
+    given = ("do not establish the count" if flags_unknown is not None
+             else "give a count read from a Secret (not shown)" if flags_secret else f"give {flags}")
     if labels:
         ordered = tuple(sorted(dict.fromkeys(str(x) for x in labels), key=_engine_order))
         note = None
-        if len(ordered) != flags:
-            note = (f"data-parallel engines{where}: the serve flags give {flags}, the engine labels of GET /metrics "
+        if len(ordered) != flags or flags_unknown is not None:
+            note = (f"data-parallel engines{where}: the serve flags {given}, the engine labels of GET /metrics "
                     f"show {len(ordered)} ({engine_list(ordered)}); the /metrics count is used")
         return EngineCount(len(ordered), ordered, "metrics", note)
-    if labels is None and unread is not None:
+    why = (f"GET /metrics not read ({unread})" if labels is None and unread is not None
+           else "GET /metrics shows no engine label" if labels is not None else None)
+    if flags_unknown is not None:
+        text = f"{flags_unknown}; {why}" if why else flags_unknown
         return EngineCount(flags, (), "flags",
-                           f"data-parallel engines{where}: GET /metrics not read ({unread}); the serve flags' "
-                           f"count ({flags}) is used, and engines set outside the flags are not known")
+                           f"data-parallel engines{where} not known: {text}", text)
+    if why is not None and labels is None:
+        count = "read from a Secret, not shown" if flags_secret else str(flags)
+        return EngineCount(flags, (), "flags",
+                           f"data-parallel engines{where}: {why}; the serve flags' count ({count}) is used, and "
+                           "engines set outside the flags are not known")
     return EngineCount(flags, (), "flags", None)
 
 
@@ -356,3 +385,228 @@ def engine_list(labels: Sequence[str]) -> str:
     parts += others
     count = len(set(numbers)) + len(others)
     return ("engine " if count == 1 else "engines ") + ", ".join(parts)
+
+
+#: Per-engine families that show the requests an engine holds now (gauges) and that move with
+#: every request it schedules or ends (counters, ``_total`` stripped by the parser): vLLM 0.32.0
+#: ``vllm/v1/metrics/loggers.py::PrometheusStatLogger``, one child per ``engine`` label.
+ACTIVITY_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+ACTIVITY_COUNTERS = ("vllm:request_success", "vllm:prompt_tokens", "vllm:generation_tokens")
+
+
+@dataclass(frozen=True)
+class EngineActivity:
+    """The requests of one engine in one ``/metrics`` scrape: ``running`` and ``waiting`` (the
+    gauges, None when absent) and ``counted`` (:data:`ACTIVITY_COUNTERS` summed over their other
+    labels, in that order; None when one is absent)."""
+
+    running: float | None
+    waiting: float | None
+    counted: tuple[float, ...] | None
+
+
+def engine_activity(text: str) -> dict[str, EngineActivity]:
+    """``engine`` label -> :class:`EngineActivity` from one vLLM ``/metrics`` scrape.
+
+    Raises:
+        MetricsParseError: the text is not Prometheus text exposition format.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = (*ACTIVITY_GAUGES, *ACTIVITY_COUNTERS)
+    values: dict[str, dict[str, float]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            if family.name not in wanted:
+                continue
+            for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue
+                bucket = values.setdefault(sample.labels.get("engine", ""), {})
+                bucket[family.name] = bucket.get(family.name, 0.0) + float(sample.value)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise MetricsParseError(f"not Prometheus text format: {exc}") from exc
+    out: dict[str, EngineActivity] = {}
+    for engine, bucket in values.items():
+        counted = tuple(bucket[n] for n in ACTIVITY_COUNTERS) if all(n in bucket for n in ACTIVITY_COUNTERS) else None
+        out[engine] = EngineActivity(bucket.get(ACTIVITY_GAUGES[0]), bucket.get(ACTIVITY_GAUGES[1]), counted)
+    return out
+
+
+@dataclass(frozen=True)
+class EngineSplit:
+    """Which data-parallel engines behind one API port reset, when the port's answer was
+    ``{"success": false}`` (vLLM >= 0.32: the AND over the engines, each of which resets on its
+    own; :data:`RESET_ALL_ENGINES_SINCE`).
+
+    Attributes:
+        emptied: engines that held no request from the scrape before the last reset call to the
+            scrape after it (both gauges 0 in both, the counters unchanged), so no block of theirs
+            was in use and their reset succeeded (``vllm/v1/core/block_pool.py::
+            reset_prefix_cache`` fails only while blocks are in use).
+        warm: ``(engine, running requests)`` for engines with requests running in either scrape:
+            running requests hold blocks, so that engine's reset failed and its cache is kept.
+        unknown: the others (requests came and went between the scrapes, a gauge is missing, or a
+            KV connector may hold blocks of finished requests).
+    """
+
+    emptied: tuple[str, ...]
+    warm: tuple[tuple[str, int], ...]
+    unknown: tuple[str, ...]
+
+    def describe(self) -> str:
+        """One sentence for the row: ``engine 0 emptied; engine 1 still warm (12 requests
+        running)``, then the engines not established."""
+        parts = []
+        if self.emptied:
+            parts.append(f"{engine_list(self.emptied)} emptied (no request on it around the last reset, GET /metrics)")
+        for engine, running in self.warm:
+            parts.append(f"engine {engine} still warm ({running} request{'s' if running != 1 else ''} running)")
+        if self.unknown:
+            parts.append(f"{engine_list(self.unknown)} not established")
+        return "; ".join(parts)
+
+
+def split_engines(before: str, after: str, *, blocks_outlive_requests: bool = False) -> EngineSplit:
+    """:class:`EngineSplit` from the ``/metrics`` scrapes taken just ``before`` and ``after`` one
+    reset call that answered ``{"success": false}``. ``blocks_outlive_requests``: the server has a
+    KV connector, whose transfers may hold the blocks of finished requests; then an idle engine is
+    ``unknown``, never ``emptied``.
+
+    Raises:
+        MetricsParseError: a scrape is not Prometheus text exposition format.
+    """
+    first, second = engine_activity(before), engine_activity(after)
+    emptied: list[str] = []
+    warm: list[tuple[str, int]] = []
+    unknown: list[str] = []
+    for engine in sorted(set(first) | set(second), key=_engine_order):
+        a, b = first.get(engine), second.get(engine)
+        running = max((x.running or 0.0) for x in (a, b) if x is not None)
+        if running > 0:
+            warm.append((engine, int(running)))
+        elif (a is None or b is None or blocks_outlive_requests
+              or None in (a.running, a.waiting, b.running, b.waiting, a.counted, b.counted)
+              or a.waiting or b.waiting or a.counted != b.counted):
+            unknown.append(engine)
+        else:
+            emptied.append(engine)
+    return EngineSplit(tuple(emptied), tuple(warm), tuple(unknown))
+
+
+# ---------------------------------------------------------------- the salted canary (clear --verify)
+
+#: Where a cached prompt token came from: the ``source`` values of
+#: ``vllm:prompt_tokens_cached_by_source`` (vLLM 0.32.0 ``vllm/v1/metrics/loggers.py``) and the
+#: tier each names (``gpu``: the engine's own cache; ``cpu``: the CPU offload tier; ``fs``: the
+#: disk tier; ``shared``: a connector's store, local or remote).
+SOURCE_TIERS = {"device": "gpu", "host": "cpu", "disk": "fs", "p2p": "shared", "external_unspecified": "shared",
+                "external": "shared"}
+#: What a salt may not hold: vLLM 0.32.0 refuses (400) a ``cache_salt`` that is empty, longer
+#: than 128 characters or holds ``@``, ``/``, ``\\`` or NUL (seen on the CPU build).
+SALT_MAX_CHARS = 128
+_SALT_REFUSED = "@/\\\x00"
+
+
+def valid_salt(salt: str) -> bool:
+    """True when vLLM takes ``salt`` as a ``cache_salt`` (:data:`SALT_MAX_CHARS`)."""
+    return 0 < len(salt) <= SALT_MAX_CHARS and not any(ch in salt for ch in _SALT_REFUSED)
+
+
+def canary_tokens(salt: str, block_size: int) -> list[int]:
+    """The canary's prompt: ``2 * block_size + 1`` token ids (two whole blocks hit on a repeat;
+    the block holding the last token never counts, ``vllm/v1/core/kv_cache_manager.py``), drawn
+    from ``salt`` in 100..999 (inside any real vocabulary, clear of special tokens)."""
+    import hashlib
+
+    out: list[int] = []
+    counter = 0
+    while len(out) < 2 * block_size + 1:
+        digest = hashlib.sha256(f"{salt}/{counter}".encode()).digest()
+        out += [100 + int.from_bytes(digest[i:i + 2], "big") % 900 for i in range(0, len(digest), 2)]
+        counter += 1
+    return out[:2 * block_size + 1]
+
+
+def canary_body(model: str, tokens: Sequence[int], salt: str) -> bytes:
+    """``POST /v1/completions`` body of a canary: the token ids, ``max_tokens=1``,
+    ``temperature=0``, the ``cache_salt``."""
+    return json.dumps({"model": model, "prompt": list(tokens), "max_tokens": 1, "temperature": 0,
+                       "cache_salt": salt}, separators=(",", ":")).encode()
+
+
+def cached_tokens(body: bytes) -> tuple[int | None, int | None]:
+    """``(usage.prompt_tokens_details.cached_tokens, usage.prompt_tokens)`` of a completion
+    answer; None for what it does not hold (``prompt_tokens_details`` is null unless the
+    server runs with ``--enable-prompt-tokens-details``)."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None, None
+    usage = doc.get("usage") if isinstance(doc, dict) else None
+    if not isinstance(usage, dict):
+        return None, None
+    prompt = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        return int(details["cached_tokens"]), prompt
+    return None, prompt
+
+
+@dataclass(frozen=True)
+class CacheCounters:
+    """What one ``/metrics`` scrape says of one engine for the canary: ``block_size`` (the
+    ``block_size`` label of ``vllm:cache_config_info``), ``model`` (``model_name``), the token
+    counters (``hits``/``queries``: ``vllm:prefix_cache_*``; ``ext_hits``: external), ``by_source``
+    (``vllm:prompt_tokens_cached_by_source`` per ``source``; empty where the family is absent)
+    and the gauges ``running``/``waiting`` (``vllm:num_requests_*``). None: absent."""
+
+    engine: str
+    block_size: int | None = None
+    model: str | None = None
+    hits: float | None = None
+    queries: float | None = None
+    ext_hits: float | None = None
+    by_source: Mapping[str, float] = field(default_factory=dict)
+    running: float | None = None
+    waiting: float | None = None
+
+
+def cache_counters(text: str) -> dict[str, CacheCounters]:
+    """Engine label -> :class:`CacheCounters` of one ``/metrics`` scrape (``""`` for a scrape
+    without the ``engine`` label).
+
+    Raises:
+        MetricsParseError: the text is not Prometheus text exposition format.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    vals: dict[str, dict[str, Any]] = {}
+    names = {"vllm:prefix_cache_hits": "hits", "vllm:gpu_prefix_cache_hits": "hits",
+             "vllm:prefix_cache_queries": "queries", "vllm:gpu_prefix_cache_queries": "queries",
+             "vllm:external_prefix_cache_hits": "ext_hits", "vllm:num_requests_running": "running",
+             "vllm:num_requests_waiting": "waiting"}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue
+                e = vals.setdefault(sample.labels.get("engine", ""), {"by_source": {}})
+                if "model_name" in sample.labels:
+                    e.setdefault("model", sample.labels["model_name"])
+                if family.name == "vllm:cache_config_info" and str(sample.labels.get("block_size", "")).isdigit():
+                    e["block_size"] = int(sample.labels["block_size"])
+                elif family.name == "vllm:prompt_tokens_cached_by_source" and "source" in sample.labels:
+                    src = sample.labels["source"]
+                    e["by_source"][src] = e["by_source"].get(src, 0.0) + float(sample.value)
+                elif family.name in names:
+                    key = names[family.name]
+                    e[key] = e.get(key, 0.0) + float(sample.value)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise MetricsParseError(f"not Prometheus text format: {exc}") from exc
+    out: dict[str, CacheCounters] = {}
+    for engine in sorted(vals, key=_engine_order):
+        if engine == "" and len(vals) > 1 and not vals[engine].get("hits"):
+            continue  # samples without the label (admission_rejections) beside labelled engines
+        out[engine] = CacheCounters(engine=engine, **vals[engine])
+    return out

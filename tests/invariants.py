@@ -7,6 +7,8 @@ Every run of the built CLI through :meth:`tests.simctl.SimCluster.run` appends o
 pytest-xdist, or the single process without it) reads every file and checks:
 
 - no row with ``result`` ``emptied`` has a non-empty ``left`` or ``unconfirmed`` list;
+- no row whose ``verify`` found an engine warm (``clear --verify``) is ``emptied``, or shows
+  ``emptied`` for a tier it names warm, or came with exit code 0;
 - no printed text (stdout, stderr, every row's message) matches :data:`FORBIDDEN`: a Python
   ``None``, a repr (``object at 0x``, ``{'``) or ``exited ?``;
 - when the whole suite ran (no paths other than ``tests``/``tests/e2e``, no ``-k``, no marker
@@ -91,6 +93,12 @@ def check(where: Path) -> tuple[list[str], int, set[tuple[str, str]]]:
             if result == "emptied" and (row.get("left") or row.get("unconfirmed")):
                 problems.append(f"kvreset {cmd}: row {row.get('pod') or row.get('volume')} is emptied with "
                                 f"left={row.get('left')} unconfirmed={row.get('unconfirmed')}")
+            verify = row.get("verify")
+            if isinstance(verify, str) and "warm:" in verify:
+                kinds = [lt.get("tier") for lt in row.get("left") or [] if "canary" in str(lt.get("reason"))]
+                if result == "emptied" or run["rc"] == 0 or any(row.get(k) == "emptied" for k in kinds):
+                    problems.append(f"kvreset {cmd}: row {row.get('pod')} is verified warm ({verify}) but says "
+                                    f"result={result} exit={run['rc']} " + " ".join(f"{k}={row.get(k)}" for k in kinds))
             message = row.get("message")
             if isinstance(message, str) and FORBIDDEN.search(message):
                 problems.append(f"kvreset {cmd}: message {message[:300]!r}")

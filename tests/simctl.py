@@ -25,8 +25,6 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = (ROOT / ".." / "shared").resolve()
-FIXTURES = SHARED / "fixtures" / "llm-d"
 DEMO_MANIFEST = ROOT / "tests" / "manifests" / "demo-pd.yaml"
 
 

@@ -33,6 +33,26 @@ class LazyGroup(click.Group):
         command: click.Command = module.command
         return command
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        """The sub-command and its arguments; an unknown name is a usage error that names the
+        closest commands (cobra's "Did you mean this?"); a bare ``--dry-run`` is read as
+        ``--dry-run=client`` (:func:`.outputflags.bare_dry_run`)."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in COMMANDS:
+            import difflib
+
+            close = difflib.get_close_matches(name, list(COMMANDS), n=3, cutoff=0.6)
+            if not close:
+                close = [c for c in COMMANDS if c.startswith(name[:3])]
+            hint = ("\n\nDid you mean this?\n" + "".join(f"\t{c}\n" for c in close)) if close else "\n"
+            raise click.UsageError(f'unknown command "{name}" for "{ctx.command_path}"{hint}', ctx)
+        cmd_name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None and any(p.name == "dry_run" for p in cmd.params):
+            from .outputflags import bare_dry_run
+
+            rest = bare_dry_run(rest)
+        return cmd_name, cmd, rest
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """List the sub-commands with their short help without importing them."""
         rows = [(name, short) for name, (_, short) in COMMANDS.items()]
@@ -65,12 +85,29 @@ def cli(ctx: click.Context, /, **_kube_flags: Any) -> None:
     """Empty every KV cache tier of the vLLM servers in a Kubernetes deployment
     (llm-d, KServe, plain vLLM), so the next benchmark or debugging run starts cold.
 
-    kubectl's global flags (below) are accepted before the sub-command too, with the same
-    meaning: `kubectl kvreset -n NS clear --all`. Given on both sides, the value after the
+    kubectl's global flags (`kubectl kvreset options` lists them) are accepted before the
+    sub-command too, with the same meaning: `kubectl kvreset -n NS clear --all`. Given on both sides, the value after the
     sub-command wins (--as-group adds up; -A wins over -n)."""
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
         ctx.exit(0)
+
+
+def _output_format(args: list[str]) -> str | None:
+    """The value of the last ``-o``/``--output`` in ``args`` as click reads it (``-o json``,
+    ``-ojson``, ``--output json``, ``--output=json``; none after ``--``), before click has parsed
+    them; None when not given."""
+    found: str | None = None
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg in ("-o", "--output"):
+            found = args[i + 1] if i + 1 < len(args) else None
+        elif arg.startswith("--output="):
+            found = arg[len("--output="):]
+        elif arg.startswith("-o") and not arg.startswith("--"):
+            found = arg[2:]
+    return found
 
 
 def main(argv: list[str] | None = None) -> Any:
@@ -79,10 +116,35 @@ def main(argv: list[str] | None = None) -> Any:
     ``kubectl-kvreset __complete WORDS...`` (or ``__completeNoDesc``) answers a shell-completion
     request in cobra's format instead (:mod:`kubectl_kvreset.completion`), which is what the
     ``kubectl_complete-kvreset`` helper kubectl runs for plugins asks for.
+
+    SIGINT and SIGTERM are routed to the commands' cancel handle first (:mod:`.signals`).
     """
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] in ("__complete", "__completeNoDesc"):
         from .complete import main as complete_main
 
         return complete_main(cli, args)
-    return cli.main(args=args, prog_name=_prog_name())
+    from . import signals
+    from .options import INTERRUPTED
+
+    signals.install(INTERRUPTED, output=_output_format(args))
+    try:
+        return cli.main(args=args, prog_name=_prog_name(), standalone_mode=False)
+    except click.ClickException as exc:
+        usage_error(exc)
+    except click.Abort:  # end of input or a signal before a command's own handling: nothing changed
+        click.echo("error: no answer: nothing changed", err=True)
+        sys.exit(int(signals.exit_code()))
+
+
+def usage_error(exc: click.ClickException) -> None:
+    """Print a click error as kubectl prints its own (``error: MESSAGE``, then ``See 'kubectl
+    kvreset CMD --help' for usage.`` after a usage error; one ``error:`` prefix everywhere) and
+    exit with its code (2 for a usage error)."""
+    message = exc.format_message()
+    if isinstance(exc, click.BadParameter) and exc.param is not None and exc.param.name == "output":
+        message = exc.message  # kubectl's own words, without click's "Invalid value for '-o'"
+    click.echo(f"error: {message}", err=True)
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        click.echo(f"See '{exc.ctx.command_path} --help' for usage.", err=True)
+    sys.exit(exc.exit_code)

@@ -12,6 +12,7 @@ from .options import (
     EXIT_CODES_HELP,
     INTERRUPTED,
     concurrency_option,
+    dry_run_option,
     emit,
     handle_errors,
     info,
@@ -22,6 +23,8 @@ from .options import (
     whole_tier_option,
     yes_option,
 )
+from .prompt import ask_yes_no
+from .signals import changing
 
 __all__ = ["FsReport", "columns", "command", "fs_row", "row_code", "shown"]
 
@@ -39,15 +42,21 @@ __all__ = ["FsReport", "columns", "command", "fs_row", "row_code", "shown"]
         "are deleted, never the root, once per volume, through pods/exec (python3 in the "
         "container, else find -P -xdev). Roots that are empty, relative, hold '..', are a system "
         "directory, /dev/shm itself or under /dev/shm/vllm_offload*, or lie on no volume are "
-        "refused. vLLM never deletes these files itself. " + EXIT_CODES_HELP
+        "refused. A root the plugin cannot evaluate from the pod spec ($(...) in a script, a variable "
+        "the spec does not set literally) is reported left, never deleted at a guessed path; a root "
+        "that does not exist in the pod is unconfirmed. vLLM never deletes these files itself. " + EXIT_CODES_HELP
     ),
 )
 @target_options
-@model_only_option("Delete only the served model's directories (<model>_<hash12> and <model>_<hash12>_r<N>).")
+@model_only_option("Delete only the targets' models' directories (<model>_<hash12>[_r<N>] whose config.json records the model; never by --served-model-name).")
 @whole_tier_option
+@click.option("--shared-stores", "shared", is_flag=True,
+              help="Also delete a target model's directories on a volume where pods outside the targets serve "
+                   "the same model (or may: a model that cannot be read, namespaces that cannot be listed); "
+                   "without it those directories are kept and the row is left.")
 @click.option("--timeout", "exec_timeout", default="120s", show_default=True, metavar="DURATION",
               help="Bound on each exec in a pod; a deletion cut short is reported as failed (not emptied).")
-@click.option("--dry-run", is_flag=True, help="Print one row per volume (what would be emptied); change nothing.")
+@dry_run_option("Print one row per volume (what would be emptied); change nothing.")
 @yes_option
 @output_option
 @concurrency_option
@@ -72,7 +81,8 @@ def command(**params: Any) -> None:
     timeout = parse_duration(params["exec_timeout"], default=120.0) or 120.0
     ctx = complete(params, default_all=False)
     exit_if_empty(ctx, required=True, output=params["output"])
-    plan = plan_fs(ctx, model_only=params["model_only"], whole_tier=params["whole_tier"])
+    plan = plan_fs(ctx, model_only=params["model_only"], whole_tier=params["whole_tier"],
+                   shared_stores=params["shared"])
     for note in plan.notes:
         info(note)
     if params["dry_run"] or (sys.stdin.isatty() and not params["yes"] and plan.targets):
@@ -81,9 +91,9 @@ def command(**params: Any) -> None:
             emit(shown_plan, params["output"], empty_message="Nothing to do.")
         info(shown_plan.render("table").rstrip())
         where = ctx.kube.where(all_namespaces=ctx.namespace is None)
-        if not params["dry_run"] and not click.confirm(f"Delete the contents of these FS tier roots on {where}?",
-                                                       default=False, err=True):
+        if not params["dry_run"] and not ask_yes_no(f"Delete the contents of these FS tier roots on {where}?"):
             info("nothing changed")
             sys.exit(int(ExitCode.FAILED))
-    report = run_fs(plan, timeout_s=timeout, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED)
-    emit(report, params["output"], empty_message="Nothing to do.")
+    with changing():  # a signal from here on stops new deletions and prints the rows of those done
+        report = run_fs(plan, timeout_s=timeout, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED)
+        emit(report, params["output"], empty_message="Nothing to do.")

@@ -11,6 +11,7 @@ from .options import (
     EXIT_CODES_HELP,
     INTERRUPTED,
     concurrency_option,
+    dry_run_option,
     emit,
     handle_errors,
     info,
@@ -19,6 +20,8 @@ from .options import (
     target_options,
     yes_option,
 )
+from .prompt import ask_yes_no
+from .signals import changing
 
 __all__ = ["command", "force_mp_option", "shared_option"]
 
@@ -30,7 +33,9 @@ def shared_option(func: Any) -> Any:
         help="Also clear what pods outside the targets use: a model's keys that an untargeted pod of "
              "the same model shares, and store-wide clears (Mooncake remove_all) of a store any "
              "untargeted pod (or an unlistable namespace) may use; for clear, also reset_external=true on "
-             "MooncakeStoreConnector pods, whose reset empties their whole Mooncake store.")(func)
+             "MooncakeStoreConnector and LMCacheMPConnector pods, whose reset empties their whole Mooncake "
+             "store or MP server L1, and a target model's FS-tier directories on a volume where pods "
+             "outside the targets serve the same model.")(func)
 
 
 def force_mp_option(func: Any) -> Any:
@@ -67,7 +72,7 @@ def force_mp_option(func: Any) -> Any:
 @force_mp_option
 @click.option("--timeout", "call_timeout", default="30s", show_default=True, metavar="DURATION",
               help="Bound on each call to a store.")
-@click.option("--dry-run", is_flag=True, help="Print one row per store call (with the stores' counts); change nothing.")
+@dry_run_option("Print one row per store call (with the stores' counts); change nothing.")
 @yes_option
 @output_option
 @concurrency_option
@@ -101,8 +106,9 @@ def command(**params: Any) -> None:
                           timeout_s=timeout)
         info(shown.render("wide").rstrip())
         where = ctx.kube.where(all_namespaces=ctx.namespace is None)
-        if not click.confirm(f"Clear these stores, found from {where}?", default=False, err=True):
+        if not ask_yes_no(f"Clear these stores, found from {where}?"):
             info("nothing changed")
             sys.exit(int(ExitCode.FAILED))
-    report = run_store(plan, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED, timeout_s=timeout)
-    emit(report, params["output"], empty_message="Nothing to do.")
+    with changing():  # a signal from here on stops new calls and prints the rows of those done
+        report = run_store(plan, max_concurrency=params["max_concurrency"], cancel=INTERRUPTED, timeout_s=timeout)
+        emit(report, params["output"], empty_message="Nothing to do.")

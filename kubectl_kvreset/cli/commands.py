@@ -11,4 +11,5 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "devmode": ("devmode", "Show, enable or disable vLLM's dev mode (VLLM_SERVER_DEV_MODE) per owner."),
     "restart": ("restart", "Restart the owners of the targeted vLLM pods (prefill first) and wait for the rollout."),
     "metrics": ("metrics", "Show KV-cache usage and prefix-cache hit counters per pod, port and engine."),
+    "options": ("globalflags", "List the global flags (kubeconfig, context, namespace, ...) every command accepts."),
 }

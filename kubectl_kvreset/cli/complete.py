@@ -164,7 +164,9 @@ def complete(cli: click.Group, words: Sequence[str], *, lister: Lister | None = 
     for c in reversed(chain):
         params.update({k: v for k, v in c.params.items() if v not in (None, (), False)})
 
-    if isinstance(obj, click.Parameter) and not isinstance(obj.type, click.Choice):
+    own_values = isinstance(obj, click.Parameter) and (
+        isinstance(obj.type, click.Choice) or type(obj.type).shell_complete is not click.ParamType.shell_complete)
+    if isinstance(obj, click.Parameter) and not own_values:
         name = obj.name or ""
         if name in FILE_PARAMS:
             return [], DIRECTIVE_DEFAULT

@@ -66,3 +66,10 @@ def exit_if_empty(ctx: Scope, *, required: bool, output: str = "table") -> None:
             click.echo("[]")
         where = "any namespace" if ctx.namespace is None else f"namespace {ctx.namespace!r}"
         fail(f"no vLLM server pods to act on in {where}", ExitCode.FAILED)
+
+
+def say_where(ctx: Scope, *, dry_run: bool) -> None:
+    """One line on stderr naming the context, cluster and namespace a run without a prompt
+    (``--yes``, no terminal, ``--dry-run``) acts on, before it acts."""
+    where = ctx.kube.where(all_namespaces=ctx.namespace is None)
+    info(f"{'dry run (nothing changed) on' if dry_run else 'acting on'} {where}")

@@ -7,11 +7,12 @@ from typing import Any
 import click
 
 from .options import (
-    EXIT_CODES_HELP,
+    EXIT_CODES_READ,
     INTERRUPTED,
     concurrency_option,
     emit,
     handle_errors,
+    info,
     kube_flags,
     output_option,
     target_options,
@@ -27,7 +28,7 @@ from .options import (
         "  kubectl kvreset detect -A -o wide\n"
         "  kubectl kvreset detect deployment/decode -o json\n\n"
         "Without targets, every vLLM pod in the namespace is listed. The version comes from "
-        "GET /version of each pod (through the API server's pod proxy). " + EXIT_CODES_HELP
+        "GET /version of each pod (through the API server's pod proxy). " + EXIT_CODES_READ
     ),
 )
 @target_options
@@ -43,9 +44,11 @@ def command(**params: Any) -> None:
     module); llm-d's labels of every era only name its role. The scheduler (EPP), tokenizer
     render pods and requester pods are left out.
     """
-    from ..job.reads import detect_report
+    from ..job.reads import detect_report, error_lines
     from .context import complete, nothing_found
 
     ctx = complete(params, default_all=True, pair_note=False)
     report = detect_report(ctx, params["max_concurrency"], INTERRUPTED)
+    for line in error_lines(report):
+        info(line)
     emit(report, params["output"], empty_message=nothing_found(ctx))

@@ -34,7 +34,30 @@ REPEATABLE = frozenset({"as_group"})
 
 def kube_flags(fn: F) -> F:
     """kubectl's global flags: kubeconfig, context, cluster, user, namespace, server, token,
-    certificate authority, TLS skip, request timeout, impersonation, verbosity."""
+    certificate authority, TLS skip, request timeout, impersonation, verbosity. Hidden from each
+    command's help (listed once by ``kubectl kvreset options``, as ``kubectl options`` lists
+    kubectl's), except ``-n`` and ``-A``, which every command's examples use."""
+    for opt in reversed(_kube_options(hidden=True)):
+        fn = opt(fn)
+    return fn
+
+
+def global_flags_help(width: int = 100) -> str:
+    """The text of ``kubectl kvreset options``: every global flag with its help."""
+    command = click.Command("options")
+    for opt in _kube_options(hidden=False):  # a Command keeps its params in the order given
+        opt(command)
+    ctx = click.Context(command, info_name="kubectl kvreset", max_content_width=width)
+    formatter = ctx.make_formatter()
+    rows = [r for r in (p.get_help_record(ctx) for p in command.params) if r is not None]
+    formatter.write_text("The following options can be passed to any command (before or after it):")
+    with formatter.section("Global flags"):
+        formatter.write_dl(rows)
+    return formatter.getvalue()
+
+
+def _kube_options(*, hidden: bool) -> list[Callable[[Any], Any]]:
+    """The decorators of the global flags; ``hidden`` for all but ``-n``/``-A``."""
     opts = [
         click.option("--kubeconfig", metavar="PATH", help="Path to the kubeconfig file (default: KUBECONFIG, then ~/.kube/config)."),
         click.option("--context", metavar="NAME", help="The kubeconfig context to use."),
@@ -52,9 +75,27 @@ def kube_flags(fn: F) -> F:
         click.option("--as-group", "as_group", metavar="GROUP", multiple=True, help="Group to impersonate (repeatable)."),
         click.option("-v", "--v", "verbosity", type=int, default=0, metavar="N", help="Log level (details on stderr; tokens redacted)."),
     ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
+    shown = ("--namespace", "--all-namespaces")
+    return [opt if not hidden or any(s in _decls(opt) for s in shown) else _hidden(opt) for opt in opts]
+
+
+def _decls(opt: Callable[[Any], Any]) -> tuple[str, ...]:
+    probe = opt(click.Command("probe"))
+    return tuple(d for p in probe.params for d in getattr(p, "opts", ()))
+
+
+def _hidden(opt: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``opt`` with its option hidden from help."""
+
+    def apply(fn: Any) -> Any:
+        before = list(getattr(fn, "__click_params__", []))
+        out = opt(fn)
+        for param in getattr(out, "__click_params__", []):
+            if param not in before and isinstance(param, click.Option):
+                param.hidden = True
+        return out
+
+    return apply
 
 
 

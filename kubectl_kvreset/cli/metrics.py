@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from .options import (
-    EXIT_CODES_HELP,
+    EXIT_CODES_READ,
     INTERRUPTED,
     concurrency_option,
     emit,
@@ -30,7 +30,7 @@ from .options import (
         "pinned by transfers). Usage does NOT drop on a reset: cached blocks nobody uses count "
         "as free already, so these figures are not proof that a reset happened; the prefix-cache "
         "hit counters show whether the next run starts cold. A missing family shows as '-'. "
-        + EXIT_CODES_HELP
+        + EXIT_CODES_READ
     ),
 )
 @target_options

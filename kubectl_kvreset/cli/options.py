@@ -10,36 +10,25 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 import click
 
-from ..pool import INFLIGHT_BOUND_S, NOT_RUN, Cancel, NotRun
-from ..pool import parallel as run_parallel
-from ..report import OUTPUT_FORMATS, ExitCode, Report
+from ..pool import NOT_RUN, Cancel, NotRun
+from ..redact import redact_text, redact_traceback
+from ..report import ExitCode, Report
+from . import signals
 from .flags import flags_from, kube_flags, merge_global_flags
+from .helptext import EXIT_CODES_HELP, EXIT_CODES_READ, EXIT_CODES_ROLLOUT
+from .outputflags import bare_dry_run, dry_run_option, no_headers, output_option
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["NOT_RUN", "NotRun", "flags_from", "kube_flags"]
+__all__ = ["EXIT_CODES_HELP", "EXIT_CODES_READ", "EXIT_CODES_ROLLOUT", "NOT_RUN", "NotRun", "bare_dry_run", "dry_run_option", "flags_from", "kube_flags", "output_option"]
 T = TypeVar("T")
 R = TypeVar("R")
 
-EXIT_CODES_HELP = (
-    "Exit codes: 0 every targeted tier emptied and confirmed (read-only commands: every pod "
-    "answered); 1 something failed or a tier was left full; 2 usage or configuration error; "
-    "3 done but some result could not be confirmed (vLLM < 0.26 answers an empty 200); "
-    "130 interrupted."
-)
-
-
-def output_option(fn: F) -> F:
-    """``-o/--output table|wide|json|yaml``."""
-    return click.option(
-        "-o", "--output", type=click.Choice(OUTPUT_FORMATS), default="table", show_default=True,
-        help="Output format. json/yaml print a list of objects, each with a 'kind' field.",
-    )(fn)
 
 
 def target_options(fn: F) -> F:
@@ -67,7 +56,7 @@ def rollout_timeout_option(help_text: str) -> Callable[[F], F]:
 
 
 def model_only_option(help_text: str) -> Callable[[F], F]:
-    """``--model-only``: FS-tier deletion limited to the served model's directories."""
+    """``--model-only``: FS-tier deletion limited to the targets' models' directories."""
     return click.option("--model-only", is_flag=True, help=help_text)
 
 
@@ -92,13 +81,23 @@ def transport_option(fn: F) -> F:
 
 
 def info(message: str) -> None:
-    """A message for the user on stderr."""
-    click.echo(message, err=True)
+    """A message for the user on stderr, its secrets masked (:func:`~kubectl_kvreset.redact.redact_text`),
+    above the live progress line while one is shown (:mod:`.progress`)."""
+    from . import progress
+
+    if message.startswith(("error:", "warning:")) or " error: " in message[:80]:
+        _SAID.append(message)
+    if not progress.say(redact_text(message)):
+        click.echo(redact_text(message), err=True)
+
+
+#: The error and warning lines said on stderr in this run (an exit code above 0 is explained).
+_SAID: list[str] = []
 
 
 def fail(message: str, code: ExitCode = ExitCode.FAILED) -> None:
-    """Print ``error: message`` on stderr and exit with ``code``."""
-    click.echo(f"error: {message}", err=True)
+    """Print ``error: message`` on stderr (secrets masked) and exit with ``code``."""
+    click.echo(f"error: {redact_text(message)}", err=True)
     sys.exit(int(code))
 
 
@@ -106,12 +105,16 @@ def fail(message: str, code: ExitCode = ExitCode.FAILED) -> None:
 VERBOSE_REQUESTS = 6
 
 
-def redact(text: str) -> str:
-    """``text`` with bearer tokens and ``token:``/``password:`` values replaced by ``<redacted>``."""
-    import re
+def _redacting_formatter() -> Any:
+    """A ``logging.Formatter`` whose every line goes through :func:`~kubectl_kvreset.redact.redact_text`
+    (URLs with passwords, secret query parameters, headers)."""
+    import logging
 
-    text = re.sub(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+", r"\1<redacted>", text)
-    return re.sub(r"(?i)((?:token|password|client-key-data)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+", r"\1<redacted>", text)
+    class Formatter(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return redact_text(super().format(record))
+
+    return Formatter("%(message)s")
 
 
 def configure_logging(verbosity: int) -> None:
@@ -122,7 +125,7 @@ def configure_logging(verbosity: int) -> None:
     logger = logging.getLogger("kubectl_kvreset")
     if verbosity >= VERBOSE_REQUESTS and not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(_redacting_formatter())
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG if verbosity >= 8 else logging.INFO)
 
@@ -146,12 +149,11 @@ def handle_errors(fn: F) -> F:
 
         def trace() -> None:
             if verbosity >= VERBOSE_REQUESTS:
-                import traceback
-
-                click.echo(redact(traceback.format_exc()), err=True)
+                click.echo(redact_traceback(sys.exc_info()[1]), err=True)
 
         try:
-            return fn(*args, **kwargs)
+            with signals.command():
+                return fn(*args, **kwargs)
         except KubeConfigError as exc:
             trace()
             fail(str(exc), ExitCode.USAGE)
@@ -164,51 +166,76 @@ def handle_errors(fn: F) -> F:
                 fail(f"{exc.message} (check -l/--selector)", ExitCode.USAGE)
             hint = ""
             if exc.status == 403:
-                hint = " (ask for the RBAC permission named above; see the README's Role)"
+                from ..permissions import from_forbidden
+
+                perm = from_forbidden(exc.message or str(exc))
+                hint = (f"; {perm.refused('by this command')}" if perm is not None
+                        else " (ask for the RBAC permission named above; see the README's Role)")
             elif exc.status == 401:
                 hint = " (the credentials were refused: log in again or check the kubeconfig user)"
             fail(f"{exc}{hint}", ExitCode.FAILED)
         except KubeConnectionError as exc:
             trace()
             fail(str(exc), ExitCode.FAILED)
-        except KeyboardInterrupt:
-            info("interrupted")
-            sys.exit(int(ExitCode.INTERRUPTED))
+        except KeyboardInterrupt:  # raised only before anything changes (signals.changing)
+            _stopped_before_any_change(str(kwargs.get("output") or ""))
         except click.Abort:  # end of input (or ^D) at a prompt: nothing was confirmed
-            info("no answer: nothing changed")
-            sys.exit(int(ExitCode.FAILED))
+            if INTERRUPTED.is_set():  # click turns a signal's KeyboardInterrupt at a prompt into Abort
+                _stopped_before_any_change(str(kwargs.get("output") or ""))
+            info("no answer (end of input): nothing changed")
+            sys.exit(int(ExitCode.INTERRUPTED))
         except (click.ClickException, click.exceptions.Exit, SystemExit):
             raise
         except Exception as exc:  # a defect: say so in one line, never a traceback by default
             trace()
-            fail(redact(f"internal error: {type(exc).__name__}: {exc} (run again with -v=6 for details)"),
-                 ExitCode.FAILED)
+            fail(f"internal error: {type(exc).__name__}: {exc} (run again with -v=6 for details)", ExitCode.FAILED)
 
     return wrapper  # type: ignore[return-value]
 
 
+def _stopped_before_any_change(output: str) -> NoReturn:
+    """End a run a signal stopped before anything changed: ``[]`` on stdout for json/yaml (a
+    script reads a list, as when there are no rows), the message on stderr, exit 130 or 143."""
+    if output in ("json", "yaml"):
+        click.echo("[]")
+    info(f"{signals.stopped_word()} ({signals.signal_name()}) before anything was changed")
+    signals.finish(int(signals.exit_code()))
+
+
 def _say_interrupted(running: int) -> None:
-    info(f"interrupted: no new calls start; waiting up to {INFLIGHT_BOUND_S:.0f}s for {running} in flight "
-         "(Ctrl-C again to stop waiting)")
+    again = "SIGTERM again" if signals.exit_code() is ExitCode.TERMINATED else "Ctrl-C again"
+    info(f"{signals.stopped_word()} ({signals.signal_name()}): no new calls start; waiting up to "
+         f"{INTERRUPTED.inflight_bound_s:.0f}s for {running} in flight ({again} to stop waiting)")
 
 
-#: The command line's cancel handle: set when the user pressed Ctrl-C during :func:`parallel`
-#: (or a job phase); no new work starts, later phases are skipped, and the exit code is 130.
+#: The command line's cancel handle: set by SIGINT (Ctrl-C) or SIGTERM (:mod:`.signals`); no new
+#: work starts, later phases are skipped, and the exit code is 130 (143 after SIGTERM).
 INTERRUPTED = Cancel(on_cancel=_say_interrupted)
 
 
-def parallel(items: Iterable[T], fn: Callable[[T], R], max_workers: int) -> list[R | NotRun]:
-    """:func:`kubectl_kvreset.pool.parallel` under the command line's :data:`INTERRUPTED`."""
-    return run_parallel(items, fn, max_workers, INTERRUPTED)
 
-
-def emit(report: Report, fmt: str, *, empty_message: str) -> None:
+def emit(report: Report, fmt: str, *, empty_message: str, summary: bool = False) -> None:
     """Print the report on stdout in ``fmt`` (``No resources found`` style note on stderr when
-    a table has no rows) and exit with the report's code (130 after Ctrl-C)."""
+    a table has no rows) and exit with the report's code (130 after Ctrl-C, 143 after SIGTERM)."""
     if INTERRUPTED.is_set():
-        report.codes.append(ExitCode.INTERRUPTED)
+        report.codes.append(signals.exit_code())
+    from . import progress
+
+    line = progress.active()
+    if line is not None:
+        line.close()
     if not report.rows and fmt in ("table", "wide"):
         info(empty_message)
     else:
-        click.echo(report.render(fmt), nl=False)
-    sys.exit(int(report.exit_code))
+        click.echo(report.render(fmt, no_headers=no_headers()), nl=False)
+    if summary and line is not None:  # after the rows, where a terminal user looks last
+        from ..report import summary_line
+
+        signals.flush()
+        info(summary_line(report.rows, report.exit_code))
+    elif report.exit_code in (ExitCode.FAILED, ExitCode.UNCONFIRMED) and not _SAID:
+        from ..report import exit_reason
+
+        signals.flush()
+        info(exit_reason(report.rows, report.exit_code))
+    signals.finish(int(report.exit_code))

@@ -8,7 +8,9 @@ from typing import Any
 import click
 
 from .options import (
-    EXIT_CODES_HELP,
+    EXIT_CODES_ROLLOUT,
+    INTERRUPTED,
+    dry_run_option,
     emit,
     handle_errors,
     info,
@@ -18,6 +20,8 @@ from .options import (
     target_options,
     yes_option,
 )
+from .prompt import ask_yes_no
+from .signals import changing
 
 
 @click.command(
@@ -34,11 +38,12 @@ from .options import (
         "Prefill owners go first; decode owners only once prefill is ready again (a prefill "
         "restart can leave decode with stale NIXL state: vLLM #49238, llm-d #2187). A restart "
         "empties the GPU and CPU KV tiers of every pod; FS tiers and shared stores stay. "
-        "On a terminal it asks first unless --yes; without a terminal it runs. " + EXIT_CODES_HELP
+        "On a terminal it asks first unless --yes; without a terminal it runs. " + EXIT_CODES_ROLLOUT
     ),
 )
 @target_options
 @rollout_timeout_option("How long to wait for each owner's rollout.")
+@dry_run_option("Print one row per owner, in the order they would be restarted; change nothing.")
 @yes_option
 @output_option
 @kube_flags
@@ -50,32 +55,61 @@ def command(**params: Any) -> None:
     refused; a kind this tool cannot restart safely is reported, not guessed at.
     """
     from ..kube import parse_duration
-    from ..report import Column, ExitCode, Report
-    from ..rollout import restart_owners
-    from .context import complete, exit_if_empty
+    from ..report import ExitCode
+    from .context import complete, exit_if_empty, say_where
 
     timeout_s = parse_duration(params["timeout"], default=300.0) or 300.0
     ctx = complete(params, default_all=False)
     exit_if_empty(ctx, required=True, output=params["output"])
-    owners: list[tuple[str, Any, str | None]] = []
-    for pod in ctx.pods:
-        if not any(ns == pod.namespace and o == pod.owner for ns, o, _ in owners):
-            owners.append((pod.namespace, pod.owner, pod.role))
+    from ..rollout import role_phases
+
+    listed: list[tuple[str, Any, str | None]] = [(pod.namespace, pod.owner, pod.role) for pod in ctx.pods]
+    owners = [triple for phase in role_phases(listed) for triple in phase]  # the order they run in
+    where = ctx.kube.where(all_namespaces=ctx.namespace is None)
+    if params["dry_run"]:
+        say_where(ctx, dry_run=True)
+        _emit_planned(ctx, owners, params["output"])
     if sys.stdin.isatty() and not params["yes"]:
-        info("This will restart (every pod replaced; prefill before decode):")
+        info(f"This will restart, in this order (every pod replaced; prefill ready before decode starts), on {where}:")
         for ns, owner, role in owners:
             info(f"  {ns}/{owner.ref()}" + (f" ({role})" if role else ""))
-        if not click.confirm("Continue?", default=False, err=True):
+        if not ask_yes_no("Continue?"):
             info("nothing changed")
             sys.exit(int(ExitCode.FAILED))
+    else:
+        say_where(ctx, dry_run=False)
     progress = info if sys.stderr.isatty() else None
-    results = restart_owners(ctx.kube, owners, timeout_s=timeout_s, progress=progress)
+    with changing():  # a signal from here on sends no more patches, ends the waits and prints the rows
+        _run(ctx, owners, timeout_s, progress, params["output"])
+
+
+def _columns(ctx: Any) -> list[Any]:
+    from ..report import Column
+
     columns = [Column("NAMESPACE", "namespace"), Column("OWNER", "owner"), Column("ROLE", "role"),
-               Column("RESULT", "result"), Column("SECONDS", "seconds"), Column("MESSAGE", "message"),
+               Column("RESULT", "result"), Column("SECONDS", "seconds"), Column("MESSAGE", "message", notes=True),
                Column("NOTES", "notes", wide=True)]
-    if ctx.namespace is not None:
-        columns = columns[1:]
-    report = Report("Restart", columns)
+    return columns[1:] if ctx.namespace is not None else columns
+
+
+def _emit_planned(ctx: Any, owners: list[tuple[str, Any, str | None]], output: str) -> None:
+    """``--dry-run``: one ``Restart`` row per owner (result ``planned``), in the order of the run."""
+    from ..report import Report
+
+    report = Report("Restart", _columns(ctx))
+    for step, (ns, owner, role) in enumerate(owners, 1):
+        report.add({"namespace": ns, "owner": owner.ref(), "role": role, "result": "planned", "seconds": None,
+                    "message": f"step {step} of {len(owners)}: rollout restart, then wait for it", "notes": []})
+    emit(report, output, empty_message="No vLLM server pods targeted.")
+
+
+def _run(ctx: Any, owners: list[tuple[str, Any, str | None]], timeout_s: float, progress: Any, output: str) -> None:
+    """Restart the owners, print their rows and exit with their code."""
+    from ..report import ExitCode, Report
+    from ..rollout import restart_owners
+
+    results = restart_owners(ctx.kube, owners, timeout_s=timeout_s, progress=progress, cancel=INTERRUPTED)
+    report = Report("Restart", _columns(ctx))
     notes: list[str] = []
     for res in results:
         report.add(res.row(), ExitCode.OK if res.ok else ExitCode.FAILED)
@@ -84,4 +118,4 @@ def command(**params: Any) -> None:
         notes.extend(n for n in res.notes if n not in notes)
     for note in notes:
         info(f"note: {note}")
-    emit(report, params["output"], empty_message="No vLLM server pods targeted.")
+    emit(report, output, empty_message="No vLLM server pods targeted.")

@@ -2,19 +2,21 @@
 
 In outline (pyinfra's facts -> plan per host -> parallel run -> result per host)::
 
-    from kubectl_kvreset.job import ClearOptions, Cancel, Targets, connect, plan, run, select_targets
+    from kubectl_kvreset.job import ClearOptions, Cancel, Targets, clear, connect, select_targets
 
     kube = connect(namespace="llm-d")                   # kubectl's flags, as keywords
     scope = select_targets(kube, Targets(all=True))     # discovered vLLM pods, the targeted ones
-    the_plan = plan(scope, ClearOptions(fallback="none"))   # what --dry-run prints
-    outcome = run(the_plan, Cancel())                   # typed outcome per pod and port
-    assert all(p.emptied for p in outcome.ports), outcome.rows
+    done = clear(scope, ClearOptions(fallback="none"), Cancel())   # as `clear --yes`
+    assert done.exit_code == 0, done.report.render("table")
 
-:func:`plan` reads the versions the plan depends on and builds a :class:`Plan` (one
-:class:`PodPlan` per pod: API reset, clear-fs, disruptive fallback); :func:`run` executes it
-and returns an :class:`Outcome` (one :class:`PortOutcome` per pod and port, its rows, notes
-and exit code). Nothing here writes to stderr or reads a global: warnings are
-:attr:`Outcome.notes`, an interrupt is the caller's :class:`Cancel`.
+:func:`clear` is :func:`prepare` (a :class:`ClearJob`: the pods' :class:`Plan`, one
+:class:`PodPlan` per pod with API reset, clear-fs and disruptive fallback, the shared stores'
+step and the resets held for consent; ``job.preview()`` is what ``--dry-run`` prints) then
+:func:`execute` (a :class:`Cleared`: the pods' :class:`Outcome` with one :class:`PortOutcome`
+per pod and port, the store rows, the report ``clear`` prints and its exit code);
+:mod:`kubectl_kvreset.job.whole`. :func:`plan` and :func:`run` are the pod step alone. Nothing
+here writes to stderr or reads a global: warnings are notes, an interrupt is the caller's
+:class:`Cancel`.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from .execute import run
 from .outcome import LeftRow, Outcome, PortOutcome, RunResults, plan_report, tier_label
 from .planning import ClearOptions, Plan, PodPlan, dev_mode_on, plan, replan, version_matters
 from .scope import Scope, select_targets
+from .whole import Cleared, ClearJob, clear, execute, prepare
 
 __all__ = [
-    "INFLIGHT_BOUND_S", "NOT_RUN", "Cancel", "ClearOptions", "LeftRow", "NotRun", "Outcome", "Plan", "PodPlan",
-    "PortOutcome", "RunResults", "Scope", "Targets", "connect", "dev_mode_on", "parallel", "plan", "plan_report",
-    "replan", "run", "select_targets", "tier_label", "version_matters",
+    "INFLIGHT_BOUND_S", "NOT_RUN", "Cancel", "ClearJob", "ClearOptions", "Cleared", "LeftRow", "NotRun", "Outcome",
+    "Plan", "PodPlan", "PortOutcome", "RunResults", "Scope", "Targets", "clear", "connect", "dev_mode_on", "execute",
+    "parallel", "plan", "plan_report", "prepare", "replan", "run", "select_targets", "tier_label", "version_matters",
 ]
 
 

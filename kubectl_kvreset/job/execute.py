@@ -11,61 +11,98 @@ Never writes to stderr: warnings are notes on the outcome; rollout progress goes
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..discovery import discover
 from ..fstier import plan_fs_clear, run_fs_clear, sharing_message
 from ..kube import KubeError
 from ..plan import STEP_API_RESET, STEP_CLEAR_FS, STEP_DEVMODE, STEP_RESTART
-from ..podapi import PodRef, ResetResult, reset
+from ..podapi import PodRef, ResetResult, fetch_metrics, reset
 from ..pods import ApiPort, Owner, VllmPod
-from ..pool import NOT_RUN, Cancel, NotRun, parallel
-from ..rollout import DevModeResult, restart_owners, run_phased, set_dev_mode
-from ..vllm_api import ResetOutcome
-from .fsclear import plan_fs_shared
+from ..pool import Cancel, NotRun, parallel
+from ..rollout import NOT_STARTED, DevModeResult, restart_owners, run_phased, set_dev_mode
+from ..vllm_api import EngineSplit, MetricsParseError, ResetOutcome, parse_version, reset_answers_for_every_engine, split_engines
+from .fsclear import UNLISTED, FsPlan, plan_fs_shared
+from .idle import wait_idle
 from .outcome import Outcome, OwnerKey, PortKey, RunResults, build_outcome, owner_result_ok
 from .planning import Plan, PodPlan, dev_mode_on, promote
 from .planning import pod_plan as plan_one_pod
 from .probes import contradicts, probe_templates, template_key
+from .verify import Verifier, verifier_for
+from .verifyrows import with_verification
+
+#: ``events(kind, key, value)`` of :func:`run`: ``"ports"`` (key ``""``, value the number of
+#: API ports to reset), ``"busy"`` (a port, value the seconds left retrying), ``"done"`` (a
+#: port all of whose routes answered), ``"restarting"`` / ``"restarted"`` (an owner, value None).
+Events = Callable[[str, str, "float | None"], None]
 
 
-def reset_route(plan: Plan, pod_plan: PodPlan, port: ApiPort, route: str) -> ResetResult:
+def reset_route(plan: Plan, pod_plan: PodPlan, port: ApiPort, route: str,
+                on_busy: Callable[[float], None] | None = None) -> ResetResult:
     """Call one reset route of ``pod_plan`` on one port (the prefix-cache reset with the plan's
-    query): a :class:`~kubectl_kvreset.podapi.ResetResult`."""
+    query): a :class:`~kubectl_kvreset.podapi.ResetResult`. ``on_busy``: see
+    :func:`kubectl_kvreset.podapi.reset`."""
     pod = pod_plan.pod
     ref = PodRef(pod.namespace, pod.name, pod.container)
     caller = plan.scope.caller
     query = pod_plan.query if route == pod_plan.routes[0] else ()
     return reset(caller, ref, port.port, route, query, scheme=port.scheme,
-                 busy_timeout_s=plan.options.busy_timeout_s)
+                 busy_timeout_s=plan.options.busy_timeout_s, on_busy=on_busy)
 
 
-def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], None] | None = None) -> Outcome:
+def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], None] | None = None,
+        verifier: Verifier | None = None, events: Events | None = None) -> Outcome:
     """Execute ``plan``; returns its :class:`~kubectl_kvreset.job.outcome.Outcome`.
+
+    ``plan.options.verify`` (without a ``verifier``): the canaries are seeded first, probed
+    after each step, the last reset removes them, and the rows carry the ``verify`` column
+    (:mod:`kubectl_kvreset.job.verify`). A caller that runs more steps after this (the store
+    step) passes its own seeded ``verifier`` instead: it is probed after the steps here, and the
+    caller probes, finishes and applies it (:func:`kubectl_kvreset.job.verifyrows.with_verification`).
 
     ``cancel``: once set, no new call starts and later phases are skipped; rows of what did not
     run say ``interrupted`` and the exit code is 130. ``progress``: called with one line per
-    rollout wait step (the command line passes it only when stderr is a terminal).
+    rollout wait step (the command line passes it only when stderr is a terminal). ``events``:
+    see :data:`Events` (called from worker threads; the command line's live progress line).
     Never raises for a pod's or owner's failure: each row says what happened.
     """
     cancel = cancel or Cancel()
     scope, options = plan.scope, plan.options
+    own = verifier is None and options.verify
+    if own:
+        verifier = verifier_for(plan, cancel)
+        verifier.seed()
     results = RunResults()
     notes: list[str] = list(plan.notes)
     pods = plan.pods
+    if options.wait_idle_s > 0 and not cancel.is_set():
+        ports = [(p.pod, port) for p in pods if p.has(STEP_API_RESET) for port in p.pod.ports]
+        busy = wait_idle(scope.caller, ports, options.wait_idle_s, progress=progress, cancel=cancel,
+                         max_concurrency=options.max_concurrency)
+        if busy:
+            notes.append(f"warning: --wait-idle {options.wait_idle_s:g}s ended with {len(busy)} engine(s) still busy "
+                         f"({', '.join(busy[:5])}{' ...' if len(busy) > 5 else ''}): their reset answers busy "
+                         "unless --preempt-running")
     # every route of every port at once: the caches are independent, and a route the version
     # lacks is not called (the plan's routes follow the version its template reported)
     units = [(p, port, route) for p in pods if p.has(STEP_API_RESET) for port in p.pod.ports for route in p.routes]
-    got = parallel(units, lambda u: reset_route(plan, u[0], u[1], u[2]), options.max_concurrency, cancel)
+    got = parallel(units, _reporting(plan, units, events), options.max_concurrency, cancel)
     by_port: dict[PortKey, list[ResetResult | NotRun]] = {}
     for (p, port, _route), result in zip(units, got, strict=True):
         if isinstance(result, (ResetResult, NotRun)):
             by_port.setdefault((p.pod.namespace, p.pod.name, p.pod.container, port.port), []).append(result)
     if not cancel.is_set():
         reprobe(plan, by_port, cancel)
+    if not cancel.is_set():
+        results.engines.update(split_busy_engines(plan, by_port, cancel))
     for key, port_results in by_port.items():
-        # the prefix-cache reset comes first; after a cancel an extra route that did not run is dropped
-        results.resets[key] = (NOT_RUN if isinstance(port_results[0], NotRun)
+        # the prefix-cache reset comes first; after a cancel an extra route that did not run is
+        # dropped; a first one still in flight (IN_FLIGHT) stays: vLLM may have acted on it
+        first = port_results[0]
+        results.resets[key] = (first if isinstance(first, NotRun)
                                else [r for r in port_results if not isinstance(r, NotRun)])
+    if verifier is not None and not cancel.is_set():
+        verifier.probe("api-reset")
     if options.fallback in ("devmode", "restart"):
         # dev mode the spec did not show: the 404 decided it, so the allowed fallback applies now
         off = {(p.pod.namespace, p.pod.owner): options.fallback for p in pods
@@ -77,12 +114,14 @@ def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], N
     if fs_pods and not cancel.is_set():
         try:
             targets = plan_fs_shared(scope, fs_pods, notes, model_only=options.model_only,
-                                     whole_tier=options.whole_tier)
+                                     whole_tier=options.whole_tier, shared_stores=options.shared_stores)
         except KubeError as exc:
-            # other users of the volumes unknown: keep to the targets' models' directories
+            # other users of the volumes unknown: keep to the targets' models' directories, and
+            # on a hostPath/NFS volume the pods of other namespaces count as possible users
             notes.append(f"warning: the pods that may share the FS tier volumes could not be listed ({exc}): only "
                          "the targets' models' directories are deleted")
-            targets = plan_fs_clear(fs_pods, scope.universe, model_only=True)
+            targets = plan_fs_clear(fs_pods, scope.universe, model_only=True, unlisted=UNLISTED,
+                                    shared_stores=options.shared_stores)
         fs_results = parallel(targets, lambda t: run_fs_clear(scope.kube, t), options.max_concurrency, cancel)
         for target, fs_result in zip(targets, fs_results, strict=True):
             if isinstance(fs_result, NotRun):
@@ -92,29 +131,135 @@ def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], N
             shared = sharing_message(target, fs_result)
             if shared is not None:
                 notes.append(f"warning: {shared}")
+        if verifier is not None and not cancel.is_set():
+            verifier.probe("clear-fs", [(p.namespace, p.name) for p in fs_pods])
 
     devmode_owners = _owners(pods, STEP_DEVMODE) if not cancel.is_set() else []
     if devmode_owners:
         def enable(ns: str, owner: Owner, role: str | None) -> DevModeResult:
             return set_dev_mode(scope.kube, ns, owner, enable=True, timeout_s=options.rollout_timeout_s,
-                                progress=progress, role=role)
+                                progress=progress, role=role, stop=cancel.is_set)
 
         def skip(ns: str, owner: Owner, role: str | None, why: str) -> DevModeResult:
             return DevModeResult(ns, owner, role, "enable", "skipped", message=why)
 
-        for dm in run_phased(devmode_owners, enable, skip, ok=lambda r: bool(r.ok)):
+        def not_started(ns: str, owner: Owner, role: str | None) -> DevModeResult:
+            return DevModeResult(ns, owner, role, "enable", "interrupted",
+                                 message=NOT_STARTED.replace("restarted", "patched"))
+
+        turned_on: dict[str, list[str]] = {}  # namespace -> owners, one warning for them all
+        for dm in run_phased(devmode_owners, enable, skip, ok=lambda r: bool(r.ok), cancel=cancel,
+                             interrupted=not_started):
             results.owners[(dm.namespace, dm.owner)] = dm
-            if dm.result == "enabled":
-                notes.append(f"warning: dev mode is now on for {dm.owner.ref()}: vLLM's dev routes (cache resets, "
-                             "sleep, collective_rpc, weight updates) are unauthenticated; turn it off when done with "
-                             f"'kubectl kvreset devmode --disable {dm.owner.ref()} -n {dm.namespace}'")
+            if dm.result == "enabled" or dm.requested:
+                turned_on.setdefault(dm.namespace, []).append(dm.owner.ref())
+        for ns, refs in turned_on.items():
+            notes.append(f"warning: dev mode is now on for {', '.join(refs)}: vLLM's dev routes (cache resets, "
+                         "sleep, collective_rpc, weight updates) are unauthenticated; turn it off when done with "
+                         f"'kubectl kvreset devmode --disable {' '.join(refs)} -n {ns}'")
     restart = _owners(pods, STEP_RESTART) if not cancel.is_set() else []
     if restart:
+        for ns, owner, _role in restart:
+            if events is not None:
+                events("restarting", f"{ns}/{owner.ref()}", None)
         for owner_result in restart_owners(scope.kube, restart, timeout_s=options.rollout_timeout_s,
-                                           progress=progress):
+                                           progress=progress, cancel=cancel):
             results.owners[(owner_result.namespace, owner_result.owner)] = owner_result
+            if events is not None:
+                events("restarted", f"{owner_result.namespace}/{owner_result.owner.ref()}", None)
     find_successors(plan, results)
-    return build_outcome(plan, results, notes, interrupted=cancel.is_set())
+    outcome = build_outcome(plan, results, notes, interrupted=cancel.is_set())
+    if verifier is not None and not cancel.is_set() and outcome.replaced:
+        verifier.replaced(outcome.replaced)
+        verifier.probe("rollout", list(outcome.replaced))
+    if own and verifier is not None:
+        verifier.finish()
+        outcome = with_verification(outcome, verifier, scope.namespace)
+    return outcome
+
+
+def split_busy_engines(plan: Plan, by_port: dict[PortKey, list[ResetResult | NotRun]],
+                       cancel: Cancel) -> dict[PortKey, EngineSplit]:
+    """For each port with several data-parallel engines whose reset ended ``{"success": false}``
+    on vLLM >= 0.32 (each engine resets on its own, the answer is their AND): read ``GET
+    /metrics``, send the same reset once more, read ``/metrics`` again. A ``true`` replaces the
+    port's first result (every engine emptied); otherwise the two scrapes say which engines held
+    no request around that call (:func:`~kubectl_kvreset.vllm_api.split_engines`), returned per
+    port. Changes ``by_port`` in place; a scrape that fails leaves the port out."""
+    todo: list[tuple[PodPlan, ApiPort, PortKey]] = []
+    for p in plan.pods:
+        engines = max(p.pod.serve.engines_per_port, len(p.engines))
+        if engines <= 1 or not reset_answers_for_every_engine(parse_version(p.version)):
+            continue
+        for port in p.pod.ports:
+            key = (p.pod.namespace, p.pod.name, p.pod.container, port.port)
+            got = by_port.get(key) or []
+            if got and isinstance(got[0], ResetResult) and got[0].outcome is ResetOutcome.BUSY:
+                todo.append((p, port, key))
+
+    def one(unit: tuple[PodPlan, ApiPort, PortKey]) -> tuple[ResetResult, EngineSplit | None]:
+        pod_plan, port, key = unit
+        ref = PodRef(pod_plan.pod.namespace, pod_plan.pod.name, pod_plan.pod.container)
+        caller = plan.scope.caller
+        before = fetch_metrics(caller, ref, port.port, scheme=port.scheme)
+        again = reset(caller, ref, port.port, pod_plan.routes[0], pod_plan.query, scheme=port.scheme,
+                      busy_timeout_s=0.0)
+        after = fetch_metrics(caller, ref, port.port, scheme=port.scheme)
+        if again.outcome is not ResetOutcome.BUSY or before.text is None or after.text is None:
+            return again, None
+        connector = any(e.tier.connector for e in pod_plan.effects)
+        try:
+            return again, split_engines(before.text, after.text, blocks_outlive_requests=connector)
+        except MetricsParseError:
+            return again, None
+
+    out: dict[PortKey, EngineSplit] = {}
+    for (_p, _port, key), done in zip(todo, parallel(todo, one, plan.options.max_concurrency, cancel), strict=True):
+        if not isinstance(done, tuple):
+            continue
+        again, split = done
+        first = by_port[key][0]
+        assert isinstance(first, ResetResult)
+        if again.outcome is ResetOutcome.CLEARED:
+            by_port[key][0] = replace(again, calls=first.calls + again.calls,
+                                      busy_answers=first.busy_answers + again.busy_answers,
+                                      elapsed_s=first.elapsed_s + again.elapsed_s)
+        elif split is not None:
+            by_port[key][0] = replace(first, calls=first.calls + again.calls,
+                                      busy_answers=first.busy_answers + again.busy_answers)
+            out[key] = split
+    return out
+
+
+def _reporting(plan: Plan, units: list[tuple[PodPlan, ApiPort, str]],
+               events: Events | None) -> Callable[[tuple[PodPlan, ApiPort, str]], ResetResult]:
+    """The function :func:`run` applies to each ``(pod plan, port, route)``: the reset, with
+    ``events`` told how many ports there are, when one is busy and when all of a port's routes
+    have answered."""
+    if events is None:
+        return lambda u: reset_route(plan, u[0], u[1], u[2])
+    import threading
+
+    def key(u: tuple[PodPlan, ApiPort, str]) -> str:
+        return f"{u[0].pod.namespace}/{u[0].pod.name}/{u[0].pod.container}:{u[1].port}"
+
+    left: dict[str, int] = {}
+    for u in units:
+        left[key(u)] = left.get(key(u), 0) + 1
+    lock = threading.Lock()
+    events("ports", "", float(len(left)))
+
+    def one(u: tuple[PodPlan, ApiPort, str]) -> ResetResult:
+        k = key(u)
+        result = reset_route(plan, u[0], u[1], u[2], on_busy=lambda s: events("busy", k, s))
+        with lock:
+            left[k] -= 1
+            finished = left[k] == 0
+        if finished:
+            events("done", k, None)
+        return result
+
+    return one
 
 
 def reprobe(plan: Plan, by_port: dict[PortKey, list[ResetResult | NotRun]], cancel: Cancel) -> None:
@@ -187,3 +332,24 @@ def _owners(plans: list[PodPlan], action: str) -> list[tuple[str, Owner, str | N
         if p.has(action):
             seen.setdefault((p.pod.namespace, p.pod.owner), p.pod.role)
     return [(ns, owner, role) for (ns, owner), role in seen.items()]
+
+
+def preview_fs(plan: Plan) -> FsPlan | None:
+    """The FS-tier deletions :func:`run` will plan for ``plan``'s ``clear-fs`` pods on volumes
+    that pods outside the targets also use, as clear-fs's rows (``planned``, ``left``), for
+    ``--dry-run`` and the confirmation: per shared volume, the pods outside the targets that use
+    it, what each serves there, and what is to be deleted or kept. None when no pod has the
+    step. Nothing is changed.
+
+    Raises:
+        kubectl_kvreset.kube.KubeConnectionError: the API server did not answer a pod list.
+    """
+    fs_pods = [p.pod for p in plan.pods if p.has(STEP_CLEAR_FS)]
+    if not fs_pods:
+        return None
+    notes: list[str] = []
+    options = plan.options
+    targets = plan_fs_shared(plan.scope, fs_pods, notes, model_only=options.model_only,
+                             whole_tier=options.whole_tier, shared_stores=options.shared_stores)
+    # a volume only the targets use needs no row: the PlannedReset step names its root
+    return FsPlan(plan.scope, tuple(t for t in targets if t.other_pods), tuple(notes))

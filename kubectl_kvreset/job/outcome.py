@@ -5,30 +5,32 @@ from them. Rows are built in this one place; the command line only chooses how t
 Tier states: ``emptied``, ``unconfirmed`` (vLLM < 0.26 answers an empty 200; an exec without
 an exit status), ``replaced``
 (the pod vanished and its successor starts cold), ``not emptied`` (a step failed) and ``left``
-(no planned step empties it). Never ``emptied`` for a tier that was not (DESIGN §3).
+(no planned step empties it). Never ``emptied`` for a tier that was not.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+from ..consent import SHARED_FLAG
 from ..fstier import FsClearResult, sharing_message
 from ..podapi import ResetResult
 from ..pods import Owner
-from ..pool import NotRun
-from ..report import Column, ExitCode, Report
+from ..pool import InFlight, NotRun
+from ..report import Column, ExitCode, Report, step_codes
 from ..rollout import DevModeResult, RestartResult
 from ..tiers import Tier, TierKind
-from ..vllm_api import ResetOutcome, engine_list, parse_version, reset_answers_for_every_engine
+from ..vllm_api import EngineSplit, ResetOutcome, engine_list, parse_version, reset_answers_for_every_engine
 from .planning import Plan, PodPlan, dev_mode_on
 
 if TYPE_CHECKING:
     from ..pods import ApiPort, VllmPod
-    from ..stores.calls import StoreCall
+    from .storedone import StoreDone
 
 #: ``(namespace, pod, container, port)``: where an API reset ran (a pod with several vLLM
 #: containers gets a key per container and port).
@@ -41,12 +43,14 @@ OwnerKey = tuple[str, Owner]
 class RunResults:
     """What every step of a run gave, keyed for the outcome: API resets per :data:`PortKey`
     (:data:`~kubectl_kvreset.pool.NOT_RUN` when the first route did not run), FS volume results per (namespace,
-    pod), owner results per (namespace, owner), successors of vanished pods per owner."""
+    pod), owner results per (namespace, owner), successors of vanished pods per owner, and which
+    data-parallel engines reset on a port whose answer stayed ``success: false`` (``engines``)."""
 
     resets: dict[PortKey, list[ResetResult] | NotRun] = field(default_factory=dict)
     fs: dict[tuple[str, str], list[FsClearResult]] = field(default_factory=dict)
     owners: dict[OwnerKey, RestartResult | DevModeResult] = field(default_factory=dict)
     successors: dict[OwnerKey, list[str]] = field(default_factory=dict)
+    engines: dict[PortKey, EngineSplit] = field(default_factory=dict)
 
 
 #: The tier kinds, in column order.
@@ -166,7 +170,8 @@ class Outcome:
 
     @property
     def exit_code(self) -> ExitCode:
-        """0, 1, 3 or 130 (DESIGN §3: 130, then 1, then 3)."""
+        """0, 1, 3 or 130 (130, then 1, then 3: README "Exit codes"); the command line reports a
+        run stopped by SIGTERM as 143 instead of 130 (:func:`kubectl_kvreset.cli.signals.exit_code`)."""
         codes = list(self.report.codes) + ([ExitCode.INTERRUPTED] if self.interrupted else [])
         return ExitCode.combine(codes)
 
@@ -182,7 +187,7 @@ def result_columns(scope: str | None) -> list[Column]:
             Column("ROLE", "role"), Column("OWNER", "owner", wide=True), Column("CONTAINER", "container", wide=True),
             Column("VERSION", "version"), Column("GPU", "gpu"), Column("CPU", "cpu"), Column("FS", "fs"), Column("SHARED", "shared"),
             Column("RESULT", "result"), Column("STEPS", "steps", wide=True), Column("CALLS", "calls", wide=True),
-            Column("MESSAGE", "message")]
+            Column("MESSAGE", "message", notes=True)]
     return cols[1:] if scope is not None else cols
 
 
@@ -191,8 +196,8 @@ def plan_report(plan: Plan) -> Report:
     tiers left with the flag that would empty them). ``--dry-run`` prints exactly this."""
     fallback = plan.fallback_chosen
     cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORTS", "ports", wide=True),
-            Column("VERSION", "version"), Column("STEPS", "steps"), Column("EMPTIES", "empties"),
-            Column("LEAVES", "leaves"), Column("NOTES", "notes", wide=True)]
+            Column("VERSION", "version"), Column("STEPS", "steps", short=step_codes), Column("EMPTIES", "empties"),
+            Column("LEAVES", "leaves", notes=True), Column("NOTES", "notes", wide=True)]
     if plan.scope.namespace is not None:
         cols = cols[1:]
     report = Report("PlannedReset", cols)
@@ -268,6 +273,7 @@ def build_outcome(plan: Plan, results: RunResults, notes: list[str], *, interrup
     notes = list(notes)
     if any(po.result == "dev mode off" for po in ports):
         notes.append(dev_mode_note())
+    notes += refusal_notes(ports)
     rolled = {key for key, res in results.owners.items() if owner_result_ok(res)}
     vanished = {(ns, name) for (ns, name, _c, _p), got in results.resets.items()
                 if isinstance(got, list) and got and got[0].failure is not None and got[0].failure.kind == "pod-gone"}
@@ -275,6 +281,22 @@ def build_outcome(plan: Plan, results: RunResults, notes: list[str], *, interrup
                 for p in plan.pods if (p.pod.namespace, p.pod.owner) in rolled
                 or (p.pod.namespace, p.pod.name) in vanished}
     return Outcome(tuple(ports), tuple(notes), interrupted, report, replaced)
+
+
+def refusal_notes(ports: list[PortOutcome]) -> list[str]:
+    """One ``error:`` line per refused permission among the ``forbidden`` rows (for stderr: the
+    rows say it per pod), with the first pod it stopped and how many others."""
+    seen: dict[str, list[str]] = {}
+    for po in ports:
+        if po.result != "forbidden":
+            continue
+        for text in po.messages:
+            m = re.search(r"(not permitted: .*|every transport was refused.*|[^;]*cannot [a-z]+ resource .*)", text)
+            if m is not None:
+                seen.setdefault(m.group(1).replace(po.pod, "POD"), []).append(f"{po.namespace}/{po.pod}")
+                break
+    return [f"error: {pods[0]}" + (f" (and {len(pods) - 1} more)" if len(pods) > 1 else "") + ": "
+            + text.replace("POD", pods[0].split("/", 1)[1]) for text, pods in seen.items()]
 
 
 def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, interrupted: bool) -> PortOutcome:
@@ -296,7 +318,11 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
     resets: list[ResetResult] | None = None if isinstance(got, NotRun) else got
     reset_state: str | None = None
     if plan.has("api-reset"):
-        if isinstance(got, NotRun) or (got is None and interrupted and port is not None):
+        if isinstance(got, InFlight):  # sent, and vLLM may have acted on it: never "not reset"
+            reset_state, failure_result = "unconfirmed", "interrupted"
+            messages.append("unknown: interrupted in flight (the reset was sent and vLLM may have emptied the "
+                            "cache, but its answer was not awaited)")
+        elif isinstance(got, NotRun) or (got is None and interrupted and port is not None):
             reset_state, failure_result = "not emptied", "interrupted"
             messages.append("not reset: the run was interrupted before this call finished")
         elif not resets:
@@ -306,7 +332,8 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
             first = resets[0]
             if first.outcome is ResetOutcome.CLEARED:
                 reset_state = "emptied"
-                dp_text = engine_zero_only(plan.version, pod.serve.engines_per_port, port, plan.engines)
+                dp_text = engine_zero_only(plan.version, pod.serve.engines_per_port, port, plan.engines,
+                                           unknown=pod.serve.engines_unknown, secret=pod.serve.engines_secret)
                 if dp_text is not None:
                     reset_state, unconfirmed = "unconfirmed", True
                     messages.append(dp_text)
@@ -322,6 +349,9 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
             else:
                 reset_state = "not emptied"
                 failure_result, reset_text = describe_reset_failure(pod, first)
+                split = results.engines.get((pod.namespace, pod.name, pod.container, port.port)) if port else None
+                if split is not None:
+                    reset_text = f"{split.describe()}: {reset_text}"
                 messages.append(reset_text)
             for extra in resets[1:] if reset_state in ("emptied", "unconfirmed") else []:
                 if extra.outcome not in (ResetOutcome.CLEARED, ResetOutcome.UNCONFIRMED):
@@ -335,9 +365,12 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
             owner_state = "emptied"
             verb = "restarted" if plan.has("restart") else "dev mode turned on, which rolled"
             messages.append(f"{pod.owner.ref()} {verb}: its new pods start cold")
+        elif owner_res.result == "interrupted" and owner_res.requested:  # the pods are being replaced
+            owner_state, failure_result = "unconfirmed", failure_result or "interrupted"
+            messages.append(owner_result_message(owner_res))
         else:
             owner_state = "not emptied"
-            failure_result = failure_result or "failed"
+            failure_result = failure_result or ("interrupted" if owner_res.result == "interrupted" else "failed")
             messages.append(owner_result_message(owner_res))
     if interrupted and owner_res is None and any(st.disruptive for st in plan.steps.steps):
         failure_result = failure_result or "interrupted"
@@ -381,17 +414,24 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
                 unconfirmed = True
                 unconfirmed_rows.append(UnconfirmedRow(tier_label(tier), fs_text or "the deletion was not confirmed"))
             elif state != "emptied":
-                if tier.tier_type != "lmcache_local_disk":  # that one is left to the store step: partial
+                # directories kept for consent (pods outside the targets serve that model on the
+                # volume) are left as a store held back is: partial, with the flag as the remedy
+                held = [r for r in fs_results if r.result == "left" and r.target.held is not None
+                        and (r.target.root == tier.root_dir or len(fs_results) == 1)]
+                if tier.tier_type != "lmcache_local_disk" and not held:  # the disk is left to the store step: partial
                     failure_result = failure_result or "failed"
                 left_rows.append(LeftRow(tier_label(tier), fs_text or "the deletion did not empty it",
                                          "kubectl kvreset clear-store" if tier.tier_type == "lmcache_local_disk"
-                                         else FS_REMEDY))
+                                         else f"{SHARED_FLAG} (or --whole-tier)" if held else FS_REMEDY))
         else:
             state = owner_state or "not emptied"
             if state == "not emptied":
                 left_rows.append(LeftRow(tier_label(tier), owner_result_message(owner_res) if owner_res is not None
                                          else "the restart or dev-mode rollout did not run",
                                          f"check kubectl rollout status {pod.owner.ref()}, then run clear again"))
+            elif state == "unconfirmed":
+                unconfirmed_rows.append(UnconfirmedRow(tier_label(tier), owner_result_message(owner_res)
+                                                       if owner_res is not None else "the rollout was not waited for"))
         cells[tier.kind.value].append(state)
     if pod.serve.config_error is not None:
         # the port or tiers its --config file sets are not established: never "emptied"
@@ -409,7 +449,7 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
         code = ExitCode.FAILED
         result = failure_result or "partial"
     if result == "emptied" and (left_rows or unconfirmed_rows):
-        # never emptied while a tier is left or unconfirmed (DESIGN §3)
+        # never emptied while a tier is left or unconfirmed
         result, code = ("partial", ExitCode.FAILED) if left_rows else ("unconfirmed", ExitCode.UNCONFIRMED)
     if plan.probe_failure is not None and plan.version is None and reset_state in ("emptied", "unconfirmed"):
         messages.append(f"version unknown ({plan.probe_failure.message}): assumed the oldest behaviour")
@@ -433,23 +473,32 @@ def skipped_outcome(pod: VllmPod, port: ApiPort | None, container: str | None) -
 
 
 def engine_zero_only(version: str | None, engines: int, port: ApiPort | None,
-                     labels: tuple[str, ...] = ()) -> str | None:
+                     labels: tuple[str, ...] = (), *, unknown: str | None = None, secret: bool = False) -> str | None:
     """Why a successful reset answer does not confirm every data-parallel engine behind
-    ``port`` (None when it does: one engine, or a version that ANDs every engine's result,
-    :func:`~kubectl_kvreset.vllm_api.reset_answers_for_every_engine`). ``labels``: the engines'
-    ``engine`` labels from ``/metrics`` when they gave the count (the first one, the lowest rank
-    the server manages, is the one that answers; ``vllm/v1/engine/core_client.py``
-    ``call_utility_async``), else ``()`` and the count is the serve flags'."""
-    if engines <= 1 or reset_answers_for_every_engine(parse_version(version)):
+    ``port`` (None when it does: one engine established, or a version that ANDs every engine's
+    result, :func:`~kubectl_kvreset.vllm_api.reset_answers_for_every_engine`). ``labels``: the
+    engines' ``engine`` labels from ``/metrics`` when they gave the count (the first one, the
+    lowest rank the server manages, is the one that answers; ``vllm/v1/engine/core_client.py``
+    ``call_utility_async``), else ``()`` and the count is the serve flags'. ``unknown``: why
+    neither source established the count (then the answer vouches for engine 0 alone, whatever
+    ``engines`` says); ``secret``: the flags' count was read from a Secret and is not written."""
+    if reset_answers_for_every_engine(parse_version(version)) or (engines <= 1 and unknown is None):
         return None
-    counted = len(labels) == engines
-    first = labels[0] if counted else "0"
-    others = engine_list(labels[1:]) if counted else ("engine 1" if engines == 2 else f"engines 1-{engines - 1}")
     who = f"vLLM {version}" if version else "vLLM of unknown version"
     where = f" behind port {port.port}" if port is not None else ""
+    tail = " (vLLM 0.32.0 and later answer for every engine)"
+    if unknown is not None:
+        return (f"{who} answers the reset for engine 0 only, and the number of data-parallel engines{where} is not "
+                f"known ({unknown}): any other engine is not confirmed{tail}")
+    counted = len(labels) == engines
+    if secret and not counted:
+        return (f"{who} answers the reset for engine 0 only: the other data-parallel engines{where} (their count "
+                f"is read from a Secret, not shown) are not confirmed{tail}")
+    first = labels[0] if counted else "0"
+    others = engine_list(labels[1:]) if counted else ("engine 1" if engines == 2 else f"engines 1-{engines - 1}")
     source = "the engine labels of GET /metrics" if counted else "the serve flags"
     return (f"{who} answers the reset for engine {first} only: {others} of the {engines} data-parallel "
-            f"engines{where} ({source}) are not confirmed (vLLM 0.32.0 and later answer for every engine)")
+            f"engines{where} ({source}) are not confirmed{tail}")
 
 
 def not_running_outcome(plan: PodPlan, port: ApiPort | None) -> PortOutcome:
@@ -540,36 +589,35 @@ _TIER_STORE: dict[str, str] = {}
 LMCACHE_DISK_ROW = "lmcache-disk"
 
 
-def with_store_results(outcome: Outcome, plan: Plan, calls: Sequence[StoreCall],
-                       store_rows: Sequence[Mapping[str, Any]]) -> Outcome:
+def with_store_results(outcome: Outcome, plan: Plan, done: Sequence[StoreDone]) -> Outcome:
     """The outcome of ``clear`` once its chained clear-store step ran: each ``CacheReset`` row's
-    shared tier that a ``StoreClear`` row reports ``emptied`` (for that pod, and for a per-model
+    shared tier that a store call of ``done`` emptied (for that pod, and for a per-model
     store that pod's model) says :data:`EMPTIED_BY_CLEAR_STORE` instead of ``left``, leaves the
-    ``left`` list, and its message names the store row; a row ``partial`` only for that becomes
-    ``emptied`` (``unconfirmed`` where a tier is). A store row ``left`` or ``failed`` changes
+    ``left`` list, and its message names the store call; a row ``partial`` only for that becomes
+    ``emptied`` (``unconfirmed`` where a tier is). A call ``left`` or ``failed`` changes
     nothing: the tier stays ``left``. The same holds for a pod's ``lmcache_local_disk`` FS tier
-    and its :data:`LMCACHE_DISK_ROW` row (``emptied``, or ``replaced`` where the disk was an
+    and its :data:`LMCACHE_DISK_ROW` deletion (``emptied``, or ``replaced`` where the disk was an
     emptyDir of a pod the restart replaced). Other rows and tiers are untouched.
 
-    ``store_rows``: clear-store's rows, the first ``len(calls)`` in ``calls`` order, then the
-    local-disk rows
-    (:func:`kubectl_kvreset.job.storeclear.run_store`). Pure; returns ``outcome`` itself when no
-    store was emptied.
+    ``done``: the typed results of the store step
+    (:attr:`kubectl_kvreset.job.storeclear.StoreRun.done`). Pure; returns ``outcome`` itself
+    when no store was emptied.
     """
-    emptied: dict[tuple[str, str], list[tuple[str, Mapping[str, Any]]]] = {}
-    for call, row in zip(calls, store_rows, strict=False):
-        if row.get("result") != "emptied":
+    from .storedisk import DiskCall
+
+    emptied: dict[tuple[str, str], list[tuple[str, StoreDone]]] = {}
+    for d in done:
+        if isinstance(d.target, DiskCall):
+            # LMCache's local disk (job/storedisk.py): emptied, or gone with its replaced pod's emptyDir
+            if d.result not in ("emptied", "replaced"):
+                continue
+            name = LMCACHE_DISK_ROW
+        elif d.result == "emptied":
+            name = _TIER_STORE.get(d.store, d.store)
+        else:
             continue
-        name = _TIER_STORE.get(call.store.kind.value, call.store.kind.value)
-        for user in call.store.users:
-            if user.targeted and (call.model is None or user.use.model == call.model):
-                emptied.setdefault((user.pod.namespace, user.pod.name), []).append((name, row))
-    for row in store_rows[len(calls):]:
-        # LMCache's local disk (job/storedisk.py): emptied, or gone with its replaced pod's emptyDir
-        if row.get("store") == LMCACHE_DISK_ROW and row.get("result") in ("emptied", "replaced"):
-            for ref in row.get("targeted_pods") or ():
-                ns, _, name = str(ref).partition("/")
-                emptied.setdefault((ns, name), []).append((LMCACHE_DISK_ROW, row))
+        for pod in d.tier_pods():
+            emptied.setdefault(pod, []).append((name, d))
     if not emptied:
         return outcome
     plans = {(p.pod.namespace, p.pod.name, p.pod.container): p for p in plan.pods}
@@ -600,7 +648,7 @@ def _after_store(po: PortOutcome, tiers: Mapping[str, Sequence[str]], left: Sequ
     return "emptied", ExitCode.OK
 
 
-def _store_emptied(po: PortOutcome, plan: PodPlan, got: list[tuple[str, Mapping[str, Any]]]) -> PortOutcome:
+def _store_emptied(po: PortOutcome, plan: PodPlan, got: list[tuple[str, StoreDone]]) -> PortOutcome:
     left, messages = list(po.left), list(po.messages)
     tiers = dict(po.tiers)
     for kind, store_of in ((TierKind.SHARED, lambda t: t.store),
@@ -611,17 +659,15 @@ def _store_emptied(po: PortOutcome, plan: PodPlan, got: list[tuple[str, Mapping[
             continue
         for i, tier in enumerate(these):
             store = store_of(tier)
-            row = next((r for name, r in got if store is not None and name == store), None)
-            if row is None or states[i] not in ("left", "not emptied"):
+            by = next((d for name, d in got if store is not None and name == store), None)
+            if by is None or states[i] not in ("left", "not emptied"):
                 continue
             label = tier_label(tier)
             states[i] = EMPTIED_BY_CLEAR_STORE
             left = [lt for lt in left if lt.tier != label]
             messages = [m for m in messages if not m.startswith(f"{label} left: ") and not m.startswith(f"{label}: ")]
-            counted = (f": {row.get('before')} -> {row.get('after')} {row.get('unit') or ''}".rstrip()
-                       if row.get("before") is not None else f": {row.get('result')}")
-            messages.append(f"{label}: {EMPTIED_BY_CLEAR_STORE} (StoreClear {row.get('store')} "
-                            f"{row.get('address') or ''} {row.get('scope') or ''}{counted})".replace("  ", " "))
+            messages.append(f"{label}: {EMPTIED_BY_CLEAR_STORE} (StoreClear {by.store} "
+                            f"{by.address or ''} {by.scope or ''}{by.counted()})".replace("  ", " "))
         tiers[kind.value] = tuple(states)
     result, code = _after_store(po, tiers, left, bool(po.unconfirmed))
     return replace(po, tiers=tiers, left=tuple(left), messages=tuple(messages), result=result, code=code)

@@ -20,12 +20,17 @@ from ..plan import (
     DISRUPTIVE_STEPS,
     FALLBACKS,
     STEP_CLEAR_FS,
+    STORE_WIDE_HOOKS,
     LeftTier,
     PodSteps,
     Step,
     TierEffect,
     api_reset_effects,
     plan_pod_steps,
+    store_wide_hook,
+)
+from ..plan import (
+    NEWEST_KNOWN as _NEWEST_KNOWN,
 )
 from ..podapi import CallFailure
 from ..pods import Owner, VllmPod
@@ -33,22 +38,17 @@ from ..podstate import NotRunning, ResolvedDevMode, not_running
 from ..pool import NOT_RUN, Cancel, NotRun
 from ..rollout import dev_mode_changes, pod_dev_modes, source_lookup
 from ..stores.calls import SHARED_FLAG
-from ..tiers import MOONCAKE_STORE_CONNECTOR, KVLayout, Tier, TierKind
+from ..tiers import KVLayout, Tier, TierKind
 from ..vllm_api import extra_reset_routes, reset_query
 from .probes import Probe, apply_probe, probe_pods
 from .resetconsent import ResetHold, reset_holds
 from .scope import Scope
 
-#: Every reset route; a version that lacks one answers 404 there, read as "not on this version".
-ALL_RESET_ROUTES = ("/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache")
-
-
 #: What probing a pod's template gave (:class:`~kubectl_kvreset.job.probes.Probe`), or not run.
 Probed = Probe | NotRun
 
-#: The newest release the reset rules know; an unknown build's connector reset is judged by it,
-#: and then reported ``unconfirmed`` (never ``emptied``).
-NEWEST_KNOWN = Version("0.33.0")
+#: The newest release the reset rules know (:data:`kubectl_kvreset.plan.NEWEST_KNOWN`).
+NEWEST_KNOWN = _NEWEST_KNOWN
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,17 @@ class ClearOptions:
         whole_tier: clear-fs empties a volume other pods also mount whole (their models'
             files too); without it only the targets' models' directories go there.
         max_concurrency: calls in flight at once.
+        verify: ``--verify``: each engine proves with a salted canary that it is cold after the
+            job (:mod:`kubectl_kvreset.job.verify`); the rows get the ``verify`` column.
+        wait_idle_s: ``--wait-idle``: seconds to wait, before the reset, for every targeted
+            engine to run and queue nothing (:mod:`kubectl_kvreset.job.idle`); 0: no wait.
         shared_stores: ``--shared-stores``: a reset that is itself store-wide (vLLM's
-            ``MooncakeStoreConnector`` runs ``remove_all``) is sent with ``reset_external=true``
-            even where pods outside the targets use that store
+            ``MooncakeStoreConnector`` runs ``remove_all``, LMCache's ``LMCacheMPConnector``
+            clears its MP server's L1: :data:`kubectl_kvreset.plan.STORE_WIDE_HOOKS`) is sent with
+            ``reset_external=true`` even where pods outside the targets use that store
             (:mod:`kubectl_kvreset.job.resetconsent`).
+        force_mp: ``--force-mp-clear``: the store step's LMCache MP server clears send
+            ``force: true`` (:func:`kubectl_kvreset.job.storeclear.plan_store`).
     """
 
     fallback: str = "none"
@@ -79,6 +86,9 @@ class ClearOptions:
     whole_tier: bool = False
     max_concurrency: int = 64
     shared_stores: bool = False
+    verify: bool = False
+    wait_idle_s: float = 0.0
+    force_mp: bool = False
 
     def __post_init__(self) -> None:
         if self.fallback not in FALLBACKS:
@@ -132,8 +142,21 @@ def crash_dev_modes(scope: Scope, lookups: Lookups | None = None) -> dict[Contai
                 and (down := pod_not_running(p)) is not None and down.state == "CrashLoopBackOff"]
     if not crashing:
         return {}
-    readings = pod_dev_modes(scope.kube, [p.raw for p in crashing], {} if lookups is None else lookups)
+    readings = pod_dev_modes(scope.kube, [p.raw for p in crashing], {} if lookups is None else lookups,
+                             [p.container for p in crashing])
     return {(p.namespace, p.name, p.container): r for p, r in zip(crashing, readings, strict=True)}
+
+
+def refused_dev_mode(pod: VllmPod, down: NotRunning, resolved: ResolvedDevMode | None = None) -> bool:
+    """True when ``pod``'s vLLM container crash-loops on a ``VLLM_SERVER_DEV_MODE`` value vLLM
+    refuses at start-up (``"true"``: ``vllm/envs.py`` reads it with ``int()``), written in the
+    spec or resolved from its ConfigMap or Secret (``resolved``): the dev-mode step, which
+    writes ``"1"``, makes that container start again."""
+    if down.state != "CrashLoopBackOff":
+        return False
+    if pod.dev_mode.source == "env":
+        return pod.dev_mode.accepted is False
+    return resolved is not None and resolved.value is not None and resolved.accepted is False
 
 
 def version_matters(pod: VllmPod) -> bool:
@@ -196,9 +219,9 @@ class Plan:
     dev_modes: dict[ContainerKey, ResolvedDevMode] = field(default_factory=dict)
     """The resolved dev-mode values of crash-looping pods (:func:`crash_dev_modes`), which name
     the cause in their rows; kept so :func:`replan` reads nothing again."""
-    holds: dict[str, ResetHold] = field(default_factory=dict)
-    """Per pod uid: why its reset may not send ``reset_external=true`` (a store-wide Mooncake
-    reset without consent, :func:`kubectl_kvreset.job.resetconsent.reset_holds`); kept by
+    holds: dict[str, tuple[ResetHold, ...]] = field(default_factory=dict)
+    """Per pod uid: why its reset may not send ``reset_external=true`` (a store-wide reset
+    without consent, one row per hook, :func:`kubectl_kvreset.job.resetconsent.reset_holds`); kept by
     :func:`replan`."""
 
     def devmode_notes(self) -> list[str]:
@@ -220,7 +243,7 @@ class Plan:
 
 
 def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
-         fallback_chosen: str | None = None, holds: Mapping[str, ResetHold] | None = None) -> Plan:
+         fallback_chosen: str | None = None, holds: Mapping[str, tuple[ResetHold, ...]] | None = None) -> Plan:
     """Probe each owner's pod templates (``GET /version`` and, where dev mode may be on,
     ``GET /server_info?config_format=json``, at most ``options.max_concurrency`` at once;
     :func:`kubectl_kvreset.job.probes.probe_pods`) and build the :class:`Plan`.
@@ -229,9 +252,10 @@ def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
     ``options.fallback`` is the default). ``holds``: per pod uid, why its reset may not send
     ``reset_external=true`` (:func:`~kubectl_kvreset.job.resetconsent.reset_holds` over
     clear-store's plan; ``clear`` passes the one it already made). None: found here, as
-    clear-store finds the stores, where a targeted pod runs ``MooncakeStoreConnector``. Never
+    clear-store finds the stores, where a targeted pod runs a connector of
+    :data:`~kubectl_kvreset.plan.STORE_WIDE_HOOKS`. Never
     raises for a pod's failure: a version that could not be read is planned as the oldest
-    behaviour (DESIGN §1).
+    behaviour.
 
     Raises:
         kubectl_kvreset.kube.KubeConnectionError: the API server did not answer a list made to
@@ -259,14 +283,14 @@ def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
                 holds=held)
 
 
-def store_holds(scope: Scope, shared: bool) -> dict[str, ResetHold]:
+def store_holds(scope: Scope, shared: bool) -> dict[str, tuple[ResetHold, ...]]:
     """The holds of :func:`plan` when the caller gave none: clear-store's finding
-    (:func:`kubectl_kvreset.job.storeclear.plan_store`) where a targeted pod's spec names
-    ``MooncakeStoreConnector``; otherwise no list is made (a pod whose live configuration alone
-    shows the connector is then held as of an unknown master)."""
+    (:func:`kubectl_kvreset.job.storeclear.plan_store`) where a targeted pod's spec names a
+    connector of :data:`~kubectl_kvreset.plan.STORE_WIDE_HOOKS`; otherwise no list is made (a pod
+    whose live configuration alone shows the connector is then held as of an unknown store)."""
     if shared:
         return {}
-    if not any(MOONCAKE_STORE_CONNECTOR in p.layout.connectors for p in scope.pods):
+    if not any(h.connector in p.layout.connectors for p in scope.pods for h in STORE_WIDE_HOOKS):
         return reset_holds(scope.pods, (), shared=False)
     from .storeclear import plan_store
 
@@ -285,16 +309,25 @@ def replan(old: Plan, fallback: str) -> Plan:
 
 def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, preempt: bool,
                 dev_modes: dict[ContainerKey, ResolvedDevMode] | None = None,
-                holds: Mapping[str, ResetHold] | None = None) -> list[PodPlan]:
+                holds: Mapping[str, tuple[ResetHold, ...]] | None = None) -> list[PodPlan]:
     """One :class:`PodPlan` per pod, from the pod as its template's probe describes it
     (:func:`pod_plan`, with the pod's hold from ``holds``, keyed by uid); a pod that is not
     running is planned from its status, its crash cause read with its resolved dev-mode value
-    (``dev_modes``, :func:`crash_dev_modes`). A disruptive step acts on the owner, so when one
+    (``dev_modes``, :func:`crash_dev_modes`); with ``fallback="devmode"``, one that crash-loops on
+    a dev-mode value vLLM refuses (:func:`refused_dev_mode`) gets the dev-mode step instead. A disruptive step acts on the owner, so when one
     pod of an owner needs it, every targeted pod of that owner gets it (their API reset is
     dropped: the new pods start cold)."""
     plans: list[PodPlan] = []
     for pod, got in zip(pods, probed, strict=True):
-        down = pod_not_running(pod, (dev_modes or {}).get((pod.namespace, pod.name, pod.container)))
+        resolved = (dev_modes or {}).get((pod.namespace, pod.name, pod.container))
+        down = pod_not_running(pod, resolved)
+        if down is not None and fallback == "devmode" and refused_dev_mode(pod, down, resolved):
+            # the dev-mode step writes the value vLLM accepts: the new pods start, cold
+            effects = api_reset_effects(pod.layout, None, reset_external=True)
+            plans.append(PodPlan(pod, None, None, effects, (), (),
+                                 plan_pod_steps(effects, dev_mode_on=False, fallback=fallback),
+                                 notes=(f"{down.describe()}: --fallback devmode replaces that value",)))
+            continue
         if down is not None:
             effects = api_reset_effects(pod.layout, None, reset_external=True)
             left = tuple(LeftTier(e.tier, down.describe(), None) for e in effects)
@@ -311,14 +344,16 @@ def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, 
     return plans
 
 
-def pod_plan(pod: VllmPod, got: Probed, fallback: str, preempt: bool, hold: ResetHold | None = None) -> PodPlan:
+def pod_plan(pod: VllmPod, got: Probed, fallback: str, preempt: bool,
+             hold: ResetHold | tuple[ResetHold, ...] | None = None) -> PodPlan:
     """The plan of one pod from its probe: the live layout where ``/server_info`` was read,
     the routes and query by release (``0.23.1.dev42`` counts as 0.23.1), and for an unknown
     build the routes and parameters ``/openapi.json`` lists, its connector tiers ``unconfirmed``.
 
-    With a ``hold``, where the reset would be store-wide (:func:`store_wide_reset`) it is sent
-    with ``reset_external=false`` and every tier that leaves is planned ``left``
-    (:func:`withhold_external`), naming :data:`~kubectl_kvreset.stores.calls.SHARED_FLAG`.
+    With a ``hold`` (one or one per hook) whose hook reaches a store of this server
+    (:func:`active_holds`), the reset is sent with ``reset_external=false`` and every tier that
+    leaves is planned ``left`` (:func:`withhold_external`), naming the store, its other users and
+    :data:`~kubectl_kvreset.stores.calls.SHARED_FLAG`.
     """
     probe = got if isinstance(got, Probe) else None
     spec_notes = set(pod.notes)
@@ -351,12 +386,13 @@ def pod_plan(pod: VllmPod, got: Probed, fallback: str, preempt: bool, hold: Rese
                 changed.append(e)
             effects = tuple(changed)
     held: tuple[Tier, ...] = ()
-    if hold is not None and ("reset_external", "true") in query and store_wide_reset(pod.layout, version):
-        effects, held = withhold_external(pod.layout, version, effects, hold)
+    active = active_holds(pod.layout, version, hold)
+    if active and ("reset_external", "true") in query:
+        effects, held = withhold_external(pod.layout, version, effects, active)
         query = tuple(("reset_external", "false") if k == "reset_external" else (k, v) for k, v in query)
         unconfirmed = tuple(t for t in unconfirmed if t not in held)
-        notes.append("reset sent with reset_external=false: its MooncakeStoreConnector would empty the whole "
-                     f"Mooncake store, which pods outside the targets may use ({SHARED_FLAG} allows it)")
+        notes.append("reset sent with reset_external=false: " + "; ".join(h.reason() for h in active)
+                     + f" ({SHARED_FLAG} allows it)")
     steps = plan_pod_steps(effects, dev_mode_on=dev_mode_on(pod), fallback=fallback)
     if held:
         steps = flag_held(steps, held)
@@ -368,35 +404,48 @@ def pod_plan(pod: VllmPod, got: Probed, fallback: str, preempt: bool, hold: Rese
                    notes=tuple(notes), engines=labels if len(labels) == pod.serve.engines_per_port else ())
 
 
-def is_mooncake_store(tier: Tier) -> bool:
-    """The Mooncake store a ``MooncakeStoreConnector`` uses."""
-    return tier.kind is TierKind.SHARED and tier.connector == MOONCAKE_STORE_CONNECTOR
+def active_holds(layout: KVLayout, version: Version | None,
+                 hold: ResetHold | tuple[ResetHold, ...] | None) -> tuple[ResetHold, ...]:
+    """The rows of ``hold`` whose hook empties a store of ``layout`` on ``version``
+    (:func:`kubectl_kvreset.plan.store_wide_hook`). An unknown version counts as
+    :data:`NEWEST_KNOWN` here: the server may well have the hook, and consent errs on the side of
+    the other users."""
+    rows = (hold,) if isinstance(hold, ResetHold) else hold or ()
+    hooks = {h.connector for t in layout.tiers if (h := store_wide_hook(t, version or NEWEST_KNOWN)) is not None}
+    return tuple(r for r in rows if r.hook.connector in hooks)
 
 
 def store_wide_reset(layout: KVLayout, version: Version | None) -> bool:
-    """Whether ``reset_external=true`` may empty a whole Mooncake store on this server: its
-    ``MooncakeStoreConnector`` runs ``remove_all`` from vLLM 0.23 (research/vllm.md §3.2; vllm
-    PR #42694; 0.32.0: ``.../kv_connector/v1/mooncake/store/connector.py::
-    MooncakeStoreConnector.reset_cache``). An unknown version counts as :data:`NEWEST_KNOWN`
-    here: the server may well have the hook, and consent errs on the side of the other users."""
-    return any(is_mooncake_store(e.tier) and e.emptied_by_api_reset
-               for e in api_reset_effects(layout, version or NEWEST_KNOWN, reset_external=True))
+    """Whether ``reset_external=true`` may empty a whole shared store on this server: a tier of a
+    connector of :data:`kubectl_kvreset.plan.STORE_WIDE_HOOKS` (``MooncakeStoreConnector`` from
+    vLLM 0.23, vllm PR #42694; LMCache's ``LMCacheMPConnector``). An unknown version counts as
+    :data:`NEWEST_KNOWN`."""
+    return any(store_wide_hook(t, version or NEWEST_KNOWN) is not None for t in layout.tiers)
+
+
+def _hooked(tier: Tier) -> bool:
+    """The store of a connector whose reset is store-wide on some release."""
+    return store_wide_hook(tier, NEWEST_KNOWN) is not None
 
 
 def withhold_external(layout: KVLayout, version: Version | None, effects: tuple[TierEffect, ...],
-                      hold: ResetHold) -> tuple[tuple[TierEffect, ...], tuple[Tier, ...]]:
-    """``effects`` with the reset sent as ``reset_external=false``: the Mooncake store and every
-    tier only the connector reset empties on this version (per version and connector:
-    :data:`kubectl_kvreset.plan.RESET_RULES`, e.g. the CPU tier of an OffloadingConnector from
-    0.22) are not emptied, their reason naming ``hold``. Returns ``(effects, the tiers held)``."""
+                      holds: ResetHold | tuple[ResetHold, ...]) -> tuple[tuple[TierEffect, ...], tuple[Tier, ...]]:
+    """``effects`` with the reset sent as ``reset_external=false``: each shared store a hook of
+    :data:`~kubectl_kvreset.plan.STORE_WIDE_HOOKS` reaches and every tier only the connector reset
+    empties on this version (per version and connector: :data:`kubectl_kvreset.plan.RESET_RULES`,
+    e.g. the CPU tier of an OffloadingConnector from 0.22) are not emptied, their reason naming the
+    hold of that store's hook (or every hold). Returns ``(effects, the tiers held)``."""
+    rows = (holds,) if isinstance(holds, ResetHold) else holds
     off = {e.tier: e for e in api_reset_effects(layout, version, reset_external=False)}
-    why = hold.reason()
+    why = "; ".join(h.reason() for h in rows)
+    own = {h.hook.connector: h.reason() for h in rows}
     changed: list[TierEffect] = []
     held: list[Tier] = []
     for e in effects:
         low = off.get(e.tier)
-        if is_mooncake_store(e.tier):
-            e = TierEffect(e.tier, False, f"reset sent with reset_external=false: {why}", None)
+        if _hooked(e.tier):
+            e = TierEffect(e.tier, False, f"reset sent with reset_external=false: {own.get(e.tier.connector or '', why)}",
+                           None)
             held.append(e.tier)
         elif e.emptied_by_api_reset and low is not None and not low.emptied_by_api_reset:
             e = TierEffect(e.tier, False, "reset sent with reset_external=false, which leaves the tiers only the "
@@ -412,11 +461,11 @@ def flag_held(steps: PodSteps, held: tuple[Tier, ...]) -> PodSteps:
     left: list[LeftTier] = []
     for lt in steps.left:
         if lt.tier in held:
-            if is_mooncake_store(lt.tier):
+            if _hooked(lt.tier):
                 reason = lt.reason.removesuffix("; outside the pods, a restart does not clear it")
                 lt = LeftTier(lt.tier, reason, SHARED_FLAG)
             else:
-                flag = f"{SHARED_FLAG} (reset_external=true, which also empties the whole Mooncake store)"
+                flag = f"{SHARED_FLAG} (reset_external=true, which also empties the whole shared store)"
                 lt = LeftTier(lt.tier, lt.reason, flag + (f" or {lt.flag}" if lt.flag else ""))
         left.append(lt)
     return PodSteps(steps.steps, tuple(left), steps.needs)

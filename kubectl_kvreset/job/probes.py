@@ -17,7 +17,16 @@ from dataclasses import dataclass, replace
 
 from ..kube import HttpAnswer
 from ..liveconfig import CONFIG_FORMAT_SINCE, LiveConfig, RouteSet, read_openapi, read_server_info, reconcile, release_version
-from ..podapi import VERSION_TIMEOUT_S, CallFailure, PodCaller, PodRef, fetch_metrics, probe_version
+from ..podapi import (
+    OPENAPI_MAX_BYTES,
+    SERVER_INFO_MAX_BYTES,
+    VERSION_TIMEOUT_S,
+    CallFailure,
+    PodCaller,
+    PodRef,
+    fetch_metrics,
+    probe_version,
+)
 from ..pods import VllmPod
 from ..pool import Cancel, NotRun, parallel
 from ..vllm_api import (
@@ -71,7 +80,8 @@ class Probe:
 def _server_info(caller: PodCaller, pod: VllmPod) -> LiveConfig | str:
     port = pod.ports[0]
     got = caller.call(PodRef(pod.namespace, pod.name, pod.container), port.port, "GET", "/server_info",
-                      [("config_format", "json")], scheme=port.scheme, timeout_s=VERSION_TIMEOUT_S)
+                      [("config_format", "json")], scheme=port.scheme, timeout_s=VERSION_TIMEOUT_S,
+                      max_bytes=SERVER_INFO_MAX_BYTES)
     if isinstance(got, CallFailure):
         return got.message
     if got.status == 404:
@@ -84,7 +94,7 @@ def _server_info(caller: PodCaller, pod: VllmPod) -> LiveConfig | str:
 def _openapi(caller: PodCaller, pod: VllmPod) -> RouteSet | None:
     port = pod.ports[0]
     got = caller.call(PodRef(pod.namespace, pod.name, pod.container), port.port, "GET", "/openapi.json",
-                      scheme=port.scheme, timeout_s=VERSION_TIMEOUT_S)
+                      scheme=port.scheme, timeout_s=VERSION_TIMEOUT_S, max_bytes=OPENAPI_MAX_BYTES)
     if isinstance(got, HttpAnswer) and got.status == 200:
         return read_openapi(got.body)
     return None
@@ -99,8 +109,8 @@ def needs_engine_labels(version: str | None) -> bool:
 
 def _engine_labels(caller: PodCaller, pod: VllmPod) -> tuple[str, ...] | str:
     port = pod.ports[0]
-    got = fetch_metrics(caller, PodRef(pod.namespace, pod.name, pod.container), port.port, scheme=port.scheme,
-                        attempts=1)
+    # retried as the metrics command reads it: one lost scrape must not drop the engine count
+    got = fetch_metrics(caller, PodRef(pod.namespace, pod.name, pod.container), port.port, scheme=port.scheme)
     if got.text is None:
         return got.error or "no answer"
     try:
@@ -115,7 +125,8 @@ def probe_pods(caller: PodCaller, pods: Sequence[VllmPod], max_concurrency: int,
     :class:`Probe` (same order as ``pods``). ``/version`` and ``/server_info`` go out at the
     same time (``/server_info`` only where ``dev_mode_on`` is not False); ``/openapi.json``
     follows for a template whose build is unknown (:func:`~kubectl_kvreset.liveconfig.release_version`).
-    ``/metrics`` (one call, no retry) follows for a template whose version answers the reset for
+    ``/metrics`` (retried as the ``metrics`` command reads it,
+    :func:`~kubectl_kvreset.podapi.fetch_metrics`) follows for a template whose version answers the reset for
     engine 0 only (:func:`needs_engine_labels`) and whose dev mode may be on.
     A pod without ports gets ``Probe(None, CallFailure("no-port", ...))``. Never raises for a
     pod's failure."""
@@ -195,26 +206,35 @@ def apply_probe(pod: VllmPod, probe: Probe | NotRun) -> VllmPod:
     """The pod as the running server describes it: its version, the live connectors and
     tiers where ``/server_info`` was read (the live answer wins; a disagreement becomes a note,
     :func:`~kubectl_kvreset.liveconfig.reconcile`), and the data-parallel engine count where
-    ``/metrics`` was read (its ``engine`` labels win over the serve flags; a disagreement is
-    noted, :func:`~kubectl_kvreset.vllm_api.engine_count`)."""
+    ``/metrics`` was read (its ``engine`` labels win over the serve flags; a disagreement, or a
+    ``/metrics`` that could not be read, is noted, and a count neither source establishes stays
+    in ``serve.engines_unknown``, :func:`~kubectl_kvreset.vllm_api.engine_count`)."""
     if isinstance(probe, NotRun):
         return pod
     notes = list(pod.notes)
     layout = pod.layout
     if probe.live is not None:
         env = dict(pod.serve.env) if pod.serve.env else {}
-        layout, note = reconcile(pod.layout, probe.live, env)
+        layout, note = reconcile(pod.layout, probe.live, env, pod.serve.unevaluated)
         if note is not None:
             notes.append(note)
         if probe.live.readable:
             notes = [n for n in notes if "not read: a kv-transfer-config set there is unknown" not in n]
     serve = pod.serve
+    if probe.live is not None and probe.live.readable and probe.live.model:
+        # the running server's model_config.model is the name its caches use
+        if serve.model_unknown or (serve.model and serve.model != probe.live.model):
+            notes.append(f"the running server's model is {probe.live.model!r} (the pod spec names "
+                         f"{serve.model!r}): the server's is used")
+        serve = replace(serve, model=probe.live.model, model_unknown=None, model_live=True)
     if probe.engines is not None or probe.engines_failure is not None:
         counted = engine_count(serve.engines_per_port, probe.engines, unread=probe.engines_failure,
-                               port=pod.ports[0].port if pod.ports else None)
-        if counted.note is not None and (counted.source == "metrics" or serve.engines_per_port > 1):
+                               port=pod.ports[0].port if pod.ports else None, flags_unknown=serve.engines_unknown,
+                               flags_secret=serve.engines_secret)
+        if counted.note is not None:
             notes.append(counted.note)
-        serve = replace(serve, engines_per_port=counted.count)
+        serve = replace(serve, engines_per_port=counted.count, engines_unknown=counted.unknown,
+                        engines_secret=serve.engines_secret and counted.source == "flags")
     return replace(pod, layout=layout, version=probe.version, notes=tuple(notes), serve=serve)
 
 

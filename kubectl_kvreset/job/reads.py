@@ -9,7 +9,7 @@ from ..podapi import ReadAnswer, fetch_metrics
 from ..pods import ApiPort, VllmPod
 from ..podstate import metrics_500_hint
 from ..pool import Cancel, NotRun, parallel
-from ..report import Column, ExitCode, Report
+from ..report import Column, ExitCode, Report, fold_ports
 from ..rollout import pod_dev_modes
 from ..vllm_api import EngineMetrics, MetricsParseError, parse_metrics
 from .planning import crash_dev_modes, dev_mode_on, pod_not_running
@@ -24,9 +24,9 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
     (:func:`kubectl_kvreset.job.probes.probe_pods`); the live connectors and tiers win over the
     spec's, with a note. A pod whose version could not be read, or whose ``--config`` file could
     not be read, earns exit code 1 (130 when the run was cancelled first)."""
-    columns = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("OWNER", "owner"),
-               Column("ROLE", "role"), Column("CONTAINER", "container"), Column("PORTS", "ports"),
-               Column("FRONT", "front_ports", wide=True), Column("VERSION", "version"),
+    columns = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("OWNER", "owner", wide=True),
+               Column("ROLE", "role"), Column("CONTAINER", "container"), Column("PORTS", "ports", short=fold_ports),
+               Column("FRONT", "front_ports", wide=True, short=fold_ports), Column("VERSION", "version"),
                Column("DEV MODE", "dev_mode"), Column("CONNECTOR", "connectors"), Column("TIERS", "tiers"),
                Column("FS ROOTS", "fs_roots", wide=True), Column("READY", "ready", wide=True),
                Column("MATCHED BY", "matched_by", wide=True), Column("NOTES", "notes", wide=True)]
@@ -37,7 +37,7 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
     running = [p for p in ctx.pods if pod_not_running(p) is None]
     answers = dict(zip((id(p) for p in running),
                        probe_pods(ctx.caller, running, max_concurrency, cancel, dev_mode_on), strict=True))
-    dev_modes = pod_dev_modes(ctx.kube, [pod.raw for pod in ctx.pods])
+    dev_modes = pod_dev_modes(ctx.kube, [pod.raw for pod in ctx.pods], containers=[pod.container for pod in ctx.pods])
     for spec_pod, dev in zip(ctx.pods, dev_modes, strict=True):
         down = pod_not_running(spec_pod, dev)  # the value resolved just above explains a crash loop
         got = answers.get(id(spec_pod))
@@ -45,14 +45,17 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
         notes = list(pod.notes)
         code = ExitCode.OK
         version: str | None = None
+        error: str | None = None
         if isinstance(got, NotRun):
             notes.append("version not read: interrupted")
             code = ExitCode.INTERRUPTED
         elif down is not None or got is None:
-            notes.append(down.describe() if down is not None else "not probed")
+            error = down.describe() if down is not None else "not probed"
+            notes.append(error)
             code = ExitCode.FAILED
         elif got.version is None and got.failure is not None:
             notes.append(f"version unknown: {got.failure.message}")
+            error = f"{got.failure.kind}: version not read: {got.failure.message}"
             code = ExitCode.FAILED
         else:
             version = got.version
@@ -66,6 +69,7 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
             notes.append(f"live configuration not read: {got.live_failure}")
         if pod.serve.config_error is not None and code is ExitCode.OK:
             code = ExitCode.FAILED  # the port or the tiers set in its --config file are not known
+            error = f"config unread: --config {pod.serve.config_file}: {pod.serve.config_error}"
         report.add({
             "namespace": pod.namespace,
             "pod": pod.name,
@@ -92,8 +96,23 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
             "config_source": pod.serve.config_source,
             "config_error": pod.serve.config_error,
             "notes": notes,
+            "error": error,
         }, code)
+    if any(r["error"] for r in report.rows):  # why a row earns exit 1, in the table too
+        report.columns = [*report.columns[:-1], Column("ERROR", "error", notes=True), report.columns[-1]]
     return report
+
+
+def error_lines(report: Report) -> list[str]:
+    """``error:`` lines for stderr, one per distinct ``error`` of the rows (the pod's name
+    left out when comparing), naming the first pod and how many others share it."""
+    seen: dict[str, list[str]] = {}
+    for row in report.rows:
+        if row.get("error"):
+            seen.setdefault(str(row["error"]).replace(str(row["pod"]), "POD"), []).append(
+                f"{row['namespace']}/{row['pod']}")
+    return [f"error: {pods[0]}" + (f" (and {len(pods) - 1} more)" if len(pods) > 1 else "") + ": "
+            + text.replace("POD", pods[0].split("/", 1)[1]) for text, pods in seen.items()]
 
 
 def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None) -> Report:
@@ -108,7 +127,7 @@ def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = Non
             Column("PREFIX HITS", "prefix_hits"), Column("PREFIX QUERIES", "prefix_queries"),
             Column("EXT HITS", "external_hits"), Column("EXT QUERIES", "external_queries"),
             Column("USAGE METRIC", "usage_metric", wide=True), Column("MODEL", "model", wide=True),
-            Column("ERROR", "error")]
+            Column("ERROR", "error", notes=True)]
     if ctx.namespace is not None:
         cols = cols[1:]
     report = Report("EngineMetrics", cols)

@@ -1,62 +1,82 @@
-"""Consent for an API reset that is itself store-wide (DESIGN §6 "Consent", issue 13).
+"""Consent for an API reset that is itself store-wide: one rule for every connector whose reset
+hook empties a store other pods and models may use (:data:`kubectl_kvreset.plan.STORE_WIDE_HOOKS`,
+each row with its source):
 
-On vLLM 0.23 and later ``MooncakeStoreConnector.reset_cache`` runs ``remove_all`` on the
-Mooncake master (vllm PR #42694; in the 0.32.0 sources
-``vllm/distributed/kv_transfer/kv_connector/v1/mooncake/store/connector.py::
-MooncakeStoreConnector.reset_cache`` -> ``scheduler.py::MooncakeStoreScheduler.reset_store`` ->
-``worker.py::LookupKeyClient.reset``, whose ``RESET_MSG`` makes ``worker.py::LookupKeyServer``
-call ``store.remove_all(force=True)``). So ``reset_external=true`` on such a pod empties the
-whole store, for every instance using it: a store-wide clear, under the same rule as
-clear-store's ``remove_all`` (:func:`kubectl_kvreset.stores.calls.plan_calls`). Without
-``--shared-stores`` it needs every user of that master among the targets; pods outside the
-targets, namespaces that cannot be listed, or a master this plugin could not read from the
-pod's configuration all count against it. Where it is missing, the pod's reset is sent with
-``reset_external=false`` (:mod:`kubectl_kvreset.job.planning` applies a :class:`ResetHold`).
+- ``MooncakeStoreConnector`` from vLLM 0.23 runs ``remove_all`` on the Mooncake master (vllm PR
+  #42694; in the 0.32.0 sources ``vllm/distributed/kv_transfer/kv_connector/v1/mooncake/store/
+  connector.py::MooncakeStoreConnector.reset_cache`` -> ``scheduler.py::MooncakeStoreScheduler.
+  reset_store`` -> ``worker.py::LookupKeyClient.reset``, whose ``RESET_MSG`` makes
+  ``worker.py::LookupKeyServer`` call ``store.remove_all(force=True)``);
+- ``LMCacheMPConnector``: vLLM 0.32.0 loads LMCache's own class for that name
+  (``vllm/distributed/kv_transfer/kv_connector/v1/lmcache_mp_connector.py::
+  _resolve_lmcache_mp_connector``, unless ``LMCACHE_USE_UPSTREAM_MP`` is set; a
+  ``kv_connector_module_path`` naming LMCache's module loads it on any release), and LMCache
+  0.5.6's ``reset_cache`` (``lmcache/integration/vllm/lmcache_mp_connector.py``) sends a clear to
+  the MP server, whose L1 every connected pod and model shares (seen on a real vLLM 0.32 CPU build
+  against a real ``lmcache server``: L1 524288 bytes -> 0 on one pod's reset).
+
+So ``reset_external=true`` on such a pod empties the whole store, for every instance using it: a
+store-wide clear, under the same rule as clear-store's (:func:`kubectl_kvreset.stores.calls.
+plan_calls`). Without ``--shared-stores`` it needs every user of that store among the targets;
+pods outside the targets, namespaces that cannot be listed, or a store this plugin could not read
+from the pod's configuration all count against it. Where it is missing, the pod's reset is sent
+with ``reset_external=false`` (:mod:`kubectl_kvreset.job.planning` applies the pod's
+:class:`ResetHold` rows).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from ..consent import hold
+from ..liveconfig import release_version
+from ..plan import NEWEST_KNOWN, STORE_WIDE_HOOKS, StoreWideHook, store_wide_hook
 from ..pods import VllmPod
-from ..stores.calls import StoreCall
-from ..stores.config import MOONCAKE_STORE_CONNECTOR, StoreKind, StoreUse
+from ..stores.calls import StoreCall, store_users, user_names
+from ..stores.config import LMCACHE_MP_CONNECTOR, MOONCAKE_STORE_CONNECTOR, StoreKind, StoreUse
 from ..stores.find import FoundStore
 
-__all__ = ["ResetHold", "from_mooncake_connector", "reset_holds"]
+__all__ = ["HOOK_STORES", "ResetHold", "from_hook", "from_mooncake_connector", "reset_holds", "reset_reaches"]
+
+#: Per :data:`~kubectl_kvreset.plan.STORE_WIDE_HOOKS` connector: the kind of store clear-store
+#: finds for it (:mod:`kubectl_kvreset.stores.find`).
+HOOK_STORES: Mapping[str, StoreKind] = {MOONCAKE_STORE_CONNECTOR: StoreKind.MOONCAKE,
+                                        LMCACHE_MP_CONNECTOR: StoreKind.LMCACHE_MP}
 
 
 @dataclass(frozen=True)
 class ResetHold:
-    """Why one pod's ``reset_external=true`` would empty a Mooncake store it does not own alone.
+    """Why one pod's ``reset_external=true`` would empty a store it does not own alone, for one
+    connector's hook.
 
     Attributes:
-        store: the master as the row names it (``host:port`` and where it resolved), or None
-            when the pod's configuration did not tell which master it is.
-        others: untargeted pods (``ns/name``) using that master.
+        store: the store as the row names it (``host:port`` and where it resolved), or None
+            when the pod's configuration did not tell which store it is.
+        others: untargeted pods (``ns/name``) using that store.
         unlisted: namespaces that could not be listed (possible other users).
-        unknown: why the master is not known (ConfigMap not readable, ...), or None.
+        unknown: why the store is not known (ConfigMap not readable, ...), or None.
+        hook: the :data:`~kubectl_kvreset.plan.STORE_WIDE_HOOKS` row (Mooncake's by default).
     """
 
     store: str | None
     others: tuple[str, ...] = ()
     unlisted: tuple[str, ...] = ()
     unknown: str | None = None
+    hook: StoreWideHook = STORE_WIDE_HOOKS[0]
 
     def reason(self) -> str:
-        """Why, naming the other users (the rows give ``--shared-stores`` as the remedy)."""
-        hook = ("vLLM's MooncakeStoreConnector empties the whole Mooncake store on reset_external=true "
-                "(remove_all, vLLM >= 0.23)")
+        """Why, naming the store and its other users (the rows give ``--shared-stores`` as the remedy)."""
         if self.unknown is not None:
-            who = f"the master this pod uses is not known ({self.unknown}), so other pods may use it"
+            who = f"the store this pod uses is not known ({self.unknown}), so other pods may use it"
         elif self.others:
-            who = (f"{len(self.others)} pod(s) outside the targets ({', '.join(self.others)}) use the master "
+            who = (f"{len(self.others)} pod(s) outside the targets ({', '.join(self.others)}) use the store "
                    f"{self.store}")
         else:
             who = (f"namespaces that cannot be listed ({', '.join(self.unlisted)}) may hold other users of "
-                   f"the master {self.store}")
-        return f"{hook}, and {who}"
+                   f"the store {self.store}")
+        return f"{self.hook.effect}, and {who}"
 
 
 def from_mooncake_connector(use: StoreUse) -> bool:
@@ -68,14 +88,24 @@ def from_mooncake_connector(use: StoreUse) -> bool:
         or use.source.startswith("MOONCAKE_CONFIG_PATH"))
 
 
+def from_hook(use: StoreUse, hook: StoreWideHook) -> bool:
+    """True when ``use`` is the store ``hook``'s connector uses: the Mooncake master of a
+    ``MooncakeStoreConnector`` (:func:`from_mooncake_connector`), the MP server an
+    ``LMCacheMPConnector`` names (``lmcache.mp.host``)."""
+    if hook.connector == MOONCAKE_STORE_CONNECTOR:
+        return from_mooncake_connector(use)
+    return use.kind is HOOK_STORES.get(hook.connector)
+
+
 def _store_text(store: FoundStore) -> str:
     address = store.address.display() if store.address is not None else "?"
     return f"{address} ({store.resolution.describe()})"
 
 
 def reset_holds(pods: Sequence[VllmPod], calls: Sequence[StoreCall], unknown: Sequence[str] = (), *,
-                shared: bool) -> dict[str, ResetHold]:
-    """Per targeted pod uid, the :class:`ResetHold` that keeps its reset from sending
+                shared: bool) -> dict[str, tuple[ResetHold, ...]]:
+    """Per targeted pod uid, the :class:`ResetHold` rows (one per hook of
+    :data:`~kubectl_kvreset.plan.STORE_WIDE_HOOKS`) that keep its reset from sending
     ``reset_external=true`` (none with ``shared``, ``--shared-stores``).
 
     Args:
@@ -86,30 +116,65 @@ def reset_holds(pods: Sequence[VllmPod], calls: Sequence[StoreCall], unknown: Se
             configuration could not be read.
         shared: the user gave ``--shared-stores``.
 
-    Every targeted pod without a readable master of its own gets a hold with ``unknown`` set:
-    the planning applies a hold only where the running server's layout has a
-    ``MooncakeStoreConnector`` whose reset is store-wide, so a pod whose spec shows no such
-    connector but whose live configuration does is held too. Pure; never raises.
+    Every targeted pod without a readable store of its own for a hook gets a hold with
+    ``unknown`` set: the planning applies a hold only where the running server's layout has that
+    hook's connector and its reset is store-wide (:func:`kubectl_kvreset.plan.store_wide_hook`),
+    so a pod whose spec shows no such connector but whose live configuration does is held too.
+    Pure; never raises.
     """
     if shared:
         return {}
     why_unknown: Mapping[str, str] = {line.partition(": ")[0]: line.partition(": ")[2] for line in unknown}
-    stores = [c.store for c in calls if c.store.kind is StoreKind.MOONCAKE]
-    holds: dict[str, ResetHold] = {}
+    holds: dict[str, tuple[ResetHold, ...]] = {}
     for pod in pods:
-        mine = [s for s in stores
-                if any(u.targeted and u.pod.uid == pod.uid and from_mooncake_connector(u.use) for u in s.users)]
-        if not mine:
-            ref = f"{pod.namespace}/{pod.name}"
-            if MOONCAKE_STORE_CONNECTOR in pod.layout.connectors:
-                text = why_unknown.get(ref) or "no master address was found in its configuration"
-            else:
-                text = "its spec names no MooncakeStoreConnector, the running server's configuration does"
-            holds[pod.uid] = ResetHold(None, unknown=text)
-            continue
-        for store in mine:
-            others = tuple(f"{p.namespace}/{p.name}" for p in store.others())
-            if others or store.unlisted:
-                holds[pod.uid] = ResetHold(_store_text(store), others, tuple(store.unlisted))
-                break
+        ref = f"{pod.namespace}/{pod.name}"
+        held: list[ResetHold] = []
+        for hook in STORE_WIDE_HOOKS:
+            stores = [c.store for c in calls if c.store.kind is HOOK_STORES[hook.connector]]
+            mine = [s for s in stores
+                    if any(u.targeted and u.pod.uid == pod.uid and from_hook(u.use, hook) for u in s.users)]
+            if not mine:
+                if hook.connector in pod.layout.connectors:
+                    text = why_unknown.get(ref) or "no store address was found in its configuration"
+                else:
+                    text = f"its spec names no {hook.connector}, the running server's configuration does"
+                held.append(ResetHold(None, unknown=text, hook=hook))
+                continue
+            for store in mine:
+                # store-wide: the one consent rule (kubectl_kvreset.consent.hold, no model)
+                verdict = hold(store_users(store), given=False)
+                if verdict is not None:
+                    others = user_names(store.others(), store)
+                    held.append(ResetHold(_store_text(store), others, tuple(store.unlisted), hook=hook))
+                    break
+        if held:
+            holds[pod.uid] = tuple(held)
     return holds
+
+
+def reset_reaches(calls: Sequence[StoreCall], plans: Sequence[Any]) -> tuple[StoreCall, ...]:
+    """The store calls (not blocked) whose store a targeted pod's planned reset reaches: its
+    query sends ``reset_external=true`` and its layout has the connector of a
+    :data:`~kubectl_kvreset.plan.STORE_WIDE_HOOKS` row that empties that store on its version
+    (an unknown one counts as the newest), and the pod uses the store through that connector.
+    ``plans``: the clear's :class:`~kubectl_kvreset.job.planning.PodPlan` objects. ``clear``
+    counts these stores before the resets (:func:`kubectl_kvreset.job.storeclear.count_first`),
+    so the store row shows what the reset emptied and the store step confirms it. Pure."""
+    hooked: dict[str, set[StoreKind]] = {}
+    for p in plans:
+        if ("reset_external", "true") not in p.query or not p.has("api-reset"):
+            continue
+        version = release_version(p.version) or NEWEST_KNOWN
+        for tier in p.pod.layout.tiers:
+            hook = store_wide_hook(tier, version)
+            if hook is not None:
+                hooked.setdefault(p.pod.uid, set()).add(HOOK_STORES[hook.connector])
+    out: list[StoreCall] = []
+    for call in calls:
+        if call.blocked:
+            continue
+        users = [u for u in call.store.users if u.targeted and call.store.kind in hooked.get(u.pod.uid, set())
+                 and any(from_hook(u.use, h) for h in STORE_WIDE_HOOKS if HOOK_STORES[h.connector] is call.store.kind)]
+        if users:
+            out.append(call)
+    return tuple(out)

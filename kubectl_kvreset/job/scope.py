@@ -10,6 +10,8 @@ from ..kube import Kube
 from ..podapi import PodCaller, PodRef, Transports
 from ..pods import TargetError, Targets, VllmPod, missing_pair_roles, select
 from ..pool import Cancel
+from .engines import resolve_engine_counts
+from .lmcachefile import with_config_file_disks
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,9 @@ def narrow_containers(scope: Scope, container: str | None) -> Scope:
 def select_targets(kube: Kube, targets: Targets, *, all_namespaces: bool = False, transport: str = "auto",
                    cancel: Cancel | None = None, pair_note: bool = True) -> Scope:
     """Discover the vLLM pods of ``kube.namespace`` (every namespace with ``all_namespaces``)
-    and select ``targets`` among them (:func:`kubectl_kvreset.pods.select`).
+    and select ``targets`` among them (:func:`kubectl_kvreset.pods.select`). A data-parallel
+    size the serve flags take from a ConfigMap or Secret is read
+    (:func:`kubectl_kvreset.job.engines.resolve_engine_counts`).
 
     ``transport``: ``auto``, ``proxy``, ``exec`` or ``port-forward``. ``pair_note``: add a note
     per prefill/decode pair whose other role is not targeted (commands that change something).
@@ -77,7 +81,9 @@ def select_targets(kube: Kube, targets: Targets, *, all_namespaces: bool = False
         kubectl_kvreset.kube.KubeApiError, KubeConnectionError: the pod list failed.
     """
     scope = None if all_namespaces else kube.namespace
-    universe = discover(kube, scope, selector=targets.selector)
+    # a data-parallel size taken from a ConfigMap or Secret is read where it can be, and the
+    # LMCache disk an LMCACHE_CONFIG_FILE names (the store step clears it) is a tier of the pod
+    universe = with_config_file_disks(kube, resolve_engine_counts(kube, discover(kube, scope, selector=targets.selector)))
     pods = select(universe, targets)
     if targets.selector and targets.owners:
         pods = [p for p in pods if p in universe]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..fstier import ExecChoice
-from ..pool import Cancel, NotRun, parallel
+from ..pool import Cancel, InFlight, NotRun, parallel
 from ..report import Column, ExitCode, Report
 from ..stores.calls import StoreCall, plan_calls
 from ..stores.clear import StoreResult, run_call
@@ -18,9 +18,10 @@ from ..stores.find import find_stores
 from ..stores.mpserver import FORCE_FLAG, with_force
 from .scope import Scope
 from .storedisk import DiskCall, disk_row, plan_disks, run_disk
+from .storedone import PodKey, StoreDone, scope_text
 
-__all__ = ["ChainedReport", "StorePlan", "columns", "lmcache_cpu_cleared", "lmcache_cpu_planned",
-           "plan_store", "run_store", "store_row"]
+__all__ = ["ChainedReport", "StorePlan", "StoreRun", "columns", "count_first", "lmcache_cpu_cleared",
+           "lmcache_cpu_planned", "plan_store", "run_store", "store_row", "with_counts_before_reset"]
 
 
 def columns(scope: str | None) -> list[Column]:
@@ -28,8 +29,8 @@ def columns(scope: str | None) -> list[Column]:
     cols = [Column("NAMESPACE", "namespace"), Column("STORE", "store"), Column("ADDRESS", "address"),
             Column("RESOLVED", "resolved"), Column("SCOPE", "scope"), Column("METHOD", "method", wide=True),
             Column("TARGETED PODS", "targeted_pods", wide=True), Column("OTHER PODS", "other_pods", wide=True),
-            Column("BEFORE", "before"), Column("AFTER", "after"), Column("UNIT", "unit", wide=True),
-            Column("VIA", "via", wide=True), Column("RESULT", "result"), Column("MESSAGE", "message")]
+            Column("KEPT PODS", "kept_pods", wide=True), Column("BEFORE", "before"), Column("AFTER", "after"), Column("UNIT", "unit", wide=True),
+            Column("VIA", "via", wide=True), Column("RESULT", "result"), Column("MESSAGE", "message", notes=True)]
     return cols[1:] if scope is not None else cols
 
 
@@ -43,8 +44,9 @@ def store_row(call: StoreCall, outcome: StoreResult | None = None) -> dict[str, 
 
     Keys: namespace (of the first targeted user), store (kind), address (without credentials),
     resolved (``service NS/NAME``, ``pod NS/NAME``, ``outside the cluster``), scope
-    (``model M``, ``instance ID``, ``worker`` or ``store``), model, method, targeted_pods, other_pods, before, after, unit,
-    via, result, message.
+    (``model M``, ``instance ID``, ``worker`` or ``store``), model, method, targeted_pods, other_pods
+    (untargeted pods the call reaches), kept_pods (untargeted pods using the store whose data the
+    call keeps: ``ns/pod (model M)``), before, after, unit, via, result, message.
     """
     store = call.store
     targeted = [f"{u.pod.namespace}/{u.pod.name}" for u in store.users if u.targeted
@@ -64,12 +66,12 @@ def store_row(call: StoreCall, outcome: StoreResult | None = None) -> dict[str, 
         "store": store.kind.value,
         "address": store.address.display() if store.address else None,
         "resolved": store.resolution.describe(),
-        "scope": (f"model {call.model}" if call.scope == "model"
-                  else f"instance {call.instance}" if call.scope == "instance" else call.scope),
+        "scope": scope_text(call),
         "model": call.model,
         "method": call.method,
         "targeted_pods": targeted,
         "other_pods": list(call.others),
+        "kept_pods": list(call.kept),
         "before": before,
         "after": after,
         "unit": unit,
@@ -121,7 +123,7 @@ def add_unknown(report: Report, plan: StorePlan) -> None:
     for text in plan.unknown:
         pod, _, why = text.partition(": ")
         report.add({"namespace": pod.split("/")[0], "store": "unknown", "address": None, "resolved": None,
-                    "scope": None, "model": None, "method": None, "targeted_pods": [pod], "other_pods": [],
+                    "scope": None, "model": None, "method": None, "targeted_pods": [pod], "other_pods": [], "kept_pods": [],
                     "before": None, "after": None, "unit": None, "via": None, "result": "left",
                     "message": f"the stores this pod uses could not be read: {why}"}, ExitCode.FAILED)
 
@@ -174,8 +176,10 @@ def plan_store(scope: Scope, *, shared: bool = False, extra_universe: Sequence[A
         notes.append(f"note: the vLLM pods of other namespaces cannot be listed ({why}); pods there may use "
                      "the same stores")
     universe += list(extra_universe)
-    stores, find_notes = find_stores(scope.kube, universe, {p.uid for p in scope.pods})
+    stores, find_notes = find_stores(scope.kube, universe, {p.uid for p in scope.pods},
+                                     containers={(p.uid, p.container) for p in scope.pods})
     notes.extend(f"note: {n}" for n in find_notes)
+    notes.extend(dict.fromkeys(f"error: {s.resolution.message}" for s in stores if s.resolution.kind == "unresolved"))
     calls = with_force(plan_calls(stores, shared=shared), force_mp)
     if force_mp and any(c.force and c.blocked is None for c in calls):
         notes.append(f"note: {FORCE_FLAG}: the MP server clears remove locked objects too; stores and "
@@ -183,11 +187,23 @@ def plan_store(scope: Scope, *, shared: bool = False, extra_universe: Sequence[A
     return StorePlan(scope, tuple(calls), (*notes, *disk_notes), tuple(unknown), disks)
 
 
+class StoreRun(Report):
+    """The ``StoreClear`` report of a run of the store step and, typed, :attr:`done`: one
+    :class:`~kubectl_kvreset.job.storedone.StoreDone` per call, then per local-disk deletion, in
+    the plan's order (the rows of configuration that could not be read come after and have
+    none)."""
+
+    def __init__(self, kind: str, columns: Sequence[Column], done: Sequence[StoreDone] = ()) -> None:
+        """As :class:`~kubectl_kvreset.report.Report`, with the typed results ``done``."""
+        super().__init__(kind, columns)
+        self.done: list[StoreDone] = list(done)
+
+
 def run_store(plan: StorePlan, *, dry_run: bool = False, max_concurrency: int = 8,
               cancel: Cancel | None = None, timeout_s: float = 30.0,
-              replaced: Mapping[tuple[str, str], Sequence[str]] | None = None) -> Report:
+              replaced: Mapping[tuple[str, str], Sequence[str]] | None = None) -> StoreRun:
     """Make every call of ``plan`` (``dry_run``: only count), in parallel; the ``StoreClear``
-    report. Never raises for a store's failure: its row says it.
+    report with its typed results. Never raises for a store's failure: its row says it.
 
     ``replaced``: ``(namespace, pod)`` -> the new pods of its owner, for pods the pod step just
     replaced (``Outcome.replaced``). A worker-API call whose every pod was replaced is not made:
@@ -198,25 +214,85 @@ def run_store(plan: StorePlan, *, dry_run: bool = False, max_concurrency: int = 
     kube = plan.scope.kube
     gone = dict(replaced or {})
     results = parallel(plan.calls, lambda c: _run_call(kube, c, gone, dry_run, timeout_s), max_concurrency, cancel)
-    report = Report("StoreClear", columns(plan.scope.namespace))
+    report = StoreRun("StoreClear", columns(plan.scope.namespace))
     for call, outcome in zip(plan.calls, results, strict=True):
         if isinstance(outcome, NotRun):
             row = store_row(call)
-            row.update(result="interrupted", message="not run: interrupted")
+            row.update(result="interrupted", message=interrupted_message(outcome))
             report.add(row, ExitCode.INTERRUPTED)
+            report.done.append(StoreDone(call, "interrupted", unit=str(row["unit"])))
             continue
         report.add(store_row(call, outcome), row_code(outcome))
+        report.done.append(StoreDone(call, outcome.result, outcome.before, outcome.after, outcome.unit))
     disk_results = parallel(plan.disks, lambda d: _run_disk(kube, d, gone, dry_run, max(timeout_s, 120.0)),
                             max_concurrency, cancel)
     for disk, outcome in zip(plan.disks, disk_results, strict=True):
         if isinstance(outcome, NotRun):
             row = disk_row(disk)
-            row.update(result="interrupted", message="not run: interrupted")
+            row.update(result="interrupted", message=interrupted_message(outcome))
             report.add(row, ExitCode.INTERRUPTED)
+            report.done.append(StoreDone(disk, "interrupted", unit="files"))
             continue
         report.add(disk_row(disk, outcome), row_code(outcome))
+        report.done.append(StoreDone(disk, outcome.result, outcome.before, outcome.after, "files"))
     add_unknown(report, plan)
     return report
+
+
+#: A count read before the pods' resets, per store call (by ``id``): ``(count, unit)``.
+FirstCounts = dict[int, tuple[int, str]]
+
+
+def count_first(plan: StorePlan, calls: Sequence[StoreCall], *, max_concurrency: int = 8,
+                cancel: Cancel | None = None, timeout_s: float = 30.0) -> FirstCounts:
+    """The count of each of ``calls`` (a part of ``plan.calls``) read now, as a dry run reads it,
+    before the pods' resets: ``clear`` passes the stores a reset with ``reset_external=true``
+    empties by itself (:func:`kubectl_kvreset.job.resetconsent.reset_reaches`), so that their
+    row can show what was there. A call whose count cannot be read is left out. Never raises."""
+    if not calls:
+        return {}
+    part = dataclasses.replace(plan, calls=tuple(calls), disks=(), unknown=())
+    report = run_store(part, dry_run=True, max_concurrency=max_concurrency, cancel=cancel, timeout_s=timeout_s)
+    out: FirstCounts = {}
+    for call, row in zip(calls, report.rows, strict=False):
+        if isinstance(row.get("before"), int):
+            out[id(call)] = (int(row["before"]), str(row.get("unit") or ""))
+    return out
+
+
+def with_counts_before_reset(report: StoreRun, plan: StorePlan, first: Mapping[int, tuple[int, str]]) -> StoreRun:
+    """``report`` (:func:`run_store` of ``plan``) with the count read before the resets
+    (:func:`count_first`) as ``before`` of each such call's row and result, and the message
+    saying so and what the store step found; the result (and so the confirmation) stays the
+    store step's."""
+    if not first:
+        return report
+    out = StoreRun(report.kind, report.columns)
+    done = list(report.done)
+    for i, (row, code) in enumerate(zip(report.rows, report.codes, strict=True)):
+        call = plan.calls[i] if i < len(plan.calls) else None
+        got = first.get(id(call)) if call is not None else None
+        row = dict(row)
+        row.pop("kind", None)
+        if got is not None and i < len(done) and done[i].result != "interrupted":
+            count, unit = got
+            found = done[i].before
+            text = (f"{count} {unit} before the targets' resets, whose reset_external=true empties this store "
+                    f"itself; {found if found is not None else '?'} {unit} when the store step ran")
+            row["before"] = count
+            row["message"] = "; ".join(m for m in (text, row.get("message")) if m)
+            done[i] = dataclasses.replace(done[i], before=count)
+        out.add(row, code)
+    out.done = done
+    return out
+
+
+def interrupted_message(outcome: NotRun) -> str:
+    """The message of a store call a cancel kept from running (nothing sent) or stopped waiting
+    for (sent: the store may have been emptied in part)."""
+    if isinstance(outcome, InFlight):
+        return "interrupted while the call was in flight: the store may have been emptied in part; its answer was not awaited"
+    return "not run: interrupted"
 
 
 def _run_call(kube: Any, call: StoreCall, gone: Mapping[tuple[str, str], Sequence[str]], dry_run: bool,
@@ -267,20 +343,19 @@ def lmcache_cpu_planned(plan: StorePlan) -> list[str]:
     return list(dict.fromkeys(pods))
 
 
-def lmcache_cpu_cleared(report: Report) -> dict[tuple[str, str], tuple[str, str]]:
-    """The targeted pods whose in-process LMCache CPU tier a ``StoreClear`` row of ``report``
-    emptied (an LMCache controller instance or worker API row, ``emptied`` or ``unconfirmed``):
-    ``(namespace, pod)`` -> ``(state, what emptied it)``, for
+def lmcache_cpu_cleared(done: Sequence[StoreDone]) -> dict[PodKey, tuple[str, str]]:
+    """The targeted pods whose in-process LMCache CPU tier a store call of ``done``
+    (:attr:`StoreRun.done`) emptied: an LMCache controller instance or worker API call,
+    ``emptied`` or ``unconfirmed``: ``(namespace, pod)`` -> ``(state, what emptied it)``, for
     :func:`~kubectl_kvreset.job.outcome.with_lmcache_clears`."""
-    out: dict[tuple[str, str], tuple[str, str]] = {}
-    for row in report.rows:
-        what = LMCACHE_CPU_CLEARS.get(str(row.get("store")))
-        if what is None or row.get("result") not in ("emptied", "unconfirmed"):
+    out: dict[PodKey, tuple[str, str]] = {}
+    for d in done:
+        what = LMCACHE_CPU_CLEARS.get(d.store)
+        if what is None or d.result not in ("emptied", "unconfirmed"):
             continue
-        for pod in row.get("targeted_pods") or []:
-            ns, _, name = str(pod).partition("/")
-            if out.get((ns, name), ("",))[0] != "emptied":
-                out[(ns, name)] = (str(row["result"]), f"{what} ({row.get('scope')})")
+        for pod in d.targeted_pods():
+            if out.get(pod, ("",))[0] != "emptied":
+                out[pod] = (d.result, f"{what} ({d.scope})")
     return out
 
 
@@ -295,8 +370,8 @@ class ChainedReport(Report):
                          [c for p in parts for c in p.codes])
         self.parts = list(parts)
 
-    def render(self, fmt: str) -> str:
+    def render(self, fmt: str, *, no_headers: bool = False) -> str:
         """As :meth:`Report.render`; tables of the parts that have rows, a blank line between."""
         if fmt not in ("table", "wide"):
-            return super().render(fmt)
-        return "\n".join(p.render(fmt) for p in self.parts if p.rows)
+            return super().render(fmt, no_headers=no_headers)
+        return "\n".join(p.render(fmt, no_headers=no_headers) for p in self.parts if p.rows)

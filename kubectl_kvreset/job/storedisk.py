@@ -1,4 +1,4 @@
-"""LMCache's local disk, emptied by the store step (DESIGN §6 table: ``*.pt`` files through the
+"""LMCache's local disk, emptied by the store step (``*.pt`` files through the
 FS deletion machinery, files before/after, scope that path), with ``StoreClear`` rows.
 
 Where the files are: :func:`kubectl_kvreset.stores.lmcache_disk.local_disk_of` (LMCache 0.5.6's
@@ -11,13 +11,20 @@ symlink followed, no other file system entered), selecting only ``*.pt`` childre
 directory. LMCache runs inside vLLM's Python, so ``python3`` is always in the image: no ``find``
 fallback.
 
-Consent, as for any store (DESIGN §6) with issue 12's per-model rule for shared volumes:
+Consent, as for any store, with the per-model rule for shared volumes of the FS tier
+(docs/clear-fs.md):
 
 * no pod outside the targets mounts that storage: one call, scope ``store``: every ``*.pt`` of
   the directory;
-* otherwise one call per targeted model, scope ``model M``: only ``<model>@*.pt`` files; other
-  models' files are kept. When a pod outside the targets writes the same model's files there
-  (its LMCache local disk is on the same storage), that model's call needs ``--shared-stores``.
+* otherwise one call per targeted model, scope ``model M``: only ``<model>@*.pt`` files whose
+  rest is LMCache's key layout (:func:`kubectl_kvreset.stores.lmcachekey.disk_name_regex`, so
+  ``org/m`` never takes the files of ``org/m2`` or ``org/m@v2``); other models' files are kept.
+  When a pod outside the targets writes the same model's files there (its LMCache local disk is
+  on the same storage), or a model whose files may have the same names (``org-m`` for ``org/m``,
+  :func:`kubectl_kvreset.stores.lmcachekey.may_write_as`; a model that cannot be read), or such a
+  pod whose LMCache disk directory cannot be evaluated mounts that storage, or namespaces that
+  cannot be listed may hold such pods (a hostPath/NFS volume), that model's call needs
+  ``--shared-stores``: the one rule of :func:`kubectl_kvreset.consent.hold`.
 """
 
 from __future__ import annotations
@@ -27,14 +34,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..fstier import ExecChoice, check_root, pod_mounts, python_argv
+from ..consent import Hold, User, hold, kept, unlisted_user
+from ..fstier import CROSS_NAMESPACE_KINDS, Claims, ExecChoice, check_root, may_share, pod_claims, pod_mounts, python_argv
 from ..kube import Kube, KubeApiError, KubeConnectionError
 from ..pods import VllmPod, describe_pod
+from ..servecmd import known_model, unevaluated_in
 from ..stores.calls import SHARED_FLAG
 from ..stores.clear import StoreResult
 from ..stores.find import pod_config
 from ..stores.lmcache_disk import DISK_SUFFIX, LocalDisk, file_prefix, local_disk_of
+from ..stores.lmcachekey import disk_name_regex, may_write_as
 from ..tiers import LMCACHE_CONNECTORS
+from .fsclear import read_claims
 
 __all__ = ["DiskCall", "disk_row", "plan_disks", "run_disk"]
 
@@ -61,6 +72,8 @@ class DiskCall:
         targeted: targeted pods (``ns/name``) whose disk this is.
         others: pods outside the targets mounting the same storage over that directory.
         blocked: why nothing is deleted (refused directory, consent, unknown model), or None.
+        kept: for ``scope == "model"``: the pods outside the targets whose files the deletion
+            keeps (``ns/pod (model M)``; pods that write no LMCache files there by name alone).
     """
 
     namespace: str
@@ -74,6 +87,7 @@ class DiskCall:
     targeted: tuple[str, ...]
     others: tuple[str, ...] = ()
     blocked: str | None = None
+    kept: tuple[str, ...] = ()
 
     @property
     def method(self) -> str:
@@ -102,26 +116,53 @@ def _disk(kube: Kube, pod: VllmPod, cache: dict[Any, Any]) -> LocalDisk | None:
     return disk if disk is not None and disk.enabled else None
 
 
-def _overlaps(a: str, b: str) -> bool:
-    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
+def _unknown_disk(kube: Kube, pod: VllmPod, cache: dict[Any, Any]) -> str | None:
+    """Why it is unknown where the LMCache of ``pod`` (not targeted) writes its local disk
+    files, or None when that is known (or it has no LMCache): a ``local_disk`` that cannot be
+    evaluated from the spec (``file://$(DIR)/``), an ``LMCACHE_CONFIG_FILE`` that was not read,
+    or an ``LMCACHE_*`` variable (or ``envFrom`` source) that could not be resolved."""
+    if not set(LMCACHE_CONNECTORS) & set(pod.layout.connectors):
+        return None
+    env, files, notes = pod_config(kube, pod, cache)
+    unread = [n for n in notes if n.startswith(("envFrom:", "LMCACHE_"))]
+    config = env.get("LMCACHE_CONFIG_FILE")
+    if config and not isinstance(files.get(config), str):
+        unread.append(f"LMCACHE_CONFIG_FILE {config} was not read")
+    disk = local_disk_of(pod.serve.kv_transfer_config, env, files)
+    for path in disk.paths if disk is not None else ():
+        unread += unevaluated_in(path, pod.serve.unevaluated)
+        if "$(" in path or not path.startswith("/"):
+            # a reference the kubelet expands (or a relative path): not the directory it writes
+            unread.append(f"its local disk {path!r} cannot be evaluated from the pod spec")
+    return "; ".join(dict.fromkeys(unread)) if unread else None
 
 
 def _cross_namespace_vllm(universe: Sequence[VllmPod], extra: Sequence[Mapping[str, Any]],
-                          groups: Mapping[Any, _Group]) -> list[VllmPod]:
+                          groups: Mapping[Any, _Group], claims: Claims | None = None) -> list[VllmPod]:
     """The vLLM pods among ``extra`` (pods of other namespaces, listed for a hostPath/NFS disk)
     that are not in ``universe`` and mount one of the ``groups``' hostPath/NFS storage, so the
     models whose files they write there are known."""
     known = {(p.namespace, p.name) for p in universe}
-    wanted = {g.identity for g in groups.values() if g.identity[0] in ("hostPath", "nfs")}
+    wanted = [(g.identity, g.volume_path) for g in groups.values() if g.identity[0] in CROSS_NAMESPACE_KINDS]
     found: list[VllmPod] = []
     for obj in extra if wanted else ():
         meta = obj.get("metadata") or {}
         if (str(meta.get("namespace", "")), str(meta.get("name", ""))) in known:
             continue
         pod = describe_pod(obj)
-        if pod is not None and any(m.identity in wanted for m in pod_mounts(obj, pod.container)):
+        if pod is not None and any(may_share(m.identity, m.base, ident, path) for ident, path in wanted
+                                   for m in pod_mounts(obj, pod.container, sharing=True, claims=claims)):
             found.append(pod)
     return found
+
+
+def _claims(kube: Kube, keys: Sequence[tuple[str, str]], cache: dict[tuple[str, str], Any]) -> Claims:
+    """:func:`~kubectl_kvreset.job.fsclear.read_claims`; no claim known when the API server does
+    not answer (sharing is then judged by claim name, as without the PersistentVolumes)."""
+    try:
+        return read_claims(kube, keys, cache)
+    except KubeConnectionError:
+        return Claims()
 
 
 def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod], cache: dict[Any, Any], *,
@@ -134,20 +175,36 @@ def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod],
     ``list_pods``: called only when a disk was found, with the disks' volume identities; gives
     any other pod objects (API dicts) that may mount them (the targets' namespaces' pods, every
     namespace's for a hostPath/NFS volume) and, when some namespaces could not be listed, the
-    OTHER PODS entry standing for their pods, added to every hostPath/NFS disk (DESIGN §6);
+    OTHER PODS entry standing for their pods, added to every hostPath/NFS disk;
+    the claims the pods mount are read (``get`` on ``persistentvolumeclaims`` and
+    ``persistentvolumes``) so that claims on one backing storage are one volume, as for clear-fs;
     ``cache``: the
     ConfigMaps/Secrets read so far (:func:`~kubectl_kvreset.stores.find.pod_config`). Refused
     directories are calls with ``blocked`` set. Never raises for odd configurations.
     """
     targeted = {(p.namespace, p.name) for p in pods}
+    # sharing by backing storage, as clear-fs judges it (job/fsclear.py read_claims)
+    claim_cache: dict[tuple[str, str], Any] = {}
+    keys = [k for p in pods for k in pod_claims(p.raw)]
+    claims = _claims(kube, keys, claim_cache)
     groups: dict[tuple[tuple[str, ...], str], _Group] = {}
     calls: list[DiskCall] = []
     for pod in pods:
         disk = _disk(kube, pod, cache)
         if disk is None:
             continue
-        mounts = pod_mounts(pod.raw, pod.container)
+        mounts = pod_mounts(pod.raw, pod.container, claims=claims)
         for path in disk.paths:
+            unknown = unevaluated_in(path, pod.serve.unevaluated)
+            if unknown:
+                # never deleted at a guessed path: the directory LMCache writes is not known
+                calls.append(DiskCall(pod.namespace, disk.setting, path, None, "store", None, (), (),
+                                      (f"{pod.namespace}/{pod.name}",), blocked=(
+                                          f"the LMCache local disk {path!r} cannot be evaluated from the pod spec: "
+                                          f"{'; '.join(unknown)}; nothing was deleted and the directory LMCache "
+                                          "writes was not looked at (to let the plugin read it, set local_disk to a "
+                                          "literal path)")))
+                continue
             verdict = check_root(path, mounts)
             if not verdict.ok or verdict.mount is None or verdict.volume_path is None or verdict.root is None:
                 why = (verdict.refusal or "refused").replace("the FS tier root", "the LMCache local disk")
@@ -162,66 +219,138 @@ def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod],
             name = f"{pod.namespace}/{pod.name}"
             if name not in group.pods:
                 group.pods.append(name)
-            if pod.serve.model not in group.models:
-                group.models.append(pod.serve.model)
+            if known_model(pod.serve) not in group.models:
+                group.models.append(known_model(pod.serve))
     # pods outside the targets: what they mount, and the models whose files they write there
     mounted: list[tuple[tuple[str, ...], str, str]] = []
     writers: list[tuple[tuple[str, ...], str, str, str | None]] = []
+    # pods outside the targets whose LMCache disk directory is unknown: (mount, why) of each mount
+    maybe: list[tuple[tuple[str, ...], str, str, str | None, str]] = []
     seen: set[tuple[str, str]] = set()
     extra: list[Mapping[str, Any]] = []
     unlisted: str | None = None
     if groups and list_pods is not None:
         listed, unlisted = list_pods([g.identity for g in groups.values()])
         extra = list(listed)
+    if groups and claims.backing:
+        # another pod's claim may be bound to the same storage under another name
+        keys += [k for obj in [p.raw for p in universe] + extra for k in pod_claims(obj)]
+        claims = _claims(kube, keys, claim_cache)
     for obj in [p.raw for p in universe] + extra:
         meta = obj.get("metadata") or {}
         ident = (str(meta.get("namespace", "")), str(meta.get("name", "")))
-        if ident in targeted or ident in seen or meta.get("deletionTimestamp"):
-            continue
+        if ident in targeted or ident in seen:
+            continue  # a terminating pod still mounts the volume: it counts
         seen.add(ident)
-        for c in (obj.get("spec") or {}).get("containers") or []:
-            for m in pod_mounts(obj, str(c.get("name", ""))):
+        spec = obj.get("spec") or {}
+        # init containers too: a native sidecar (restartPolicy Always) runs beside the main ones
+        for c in list(spec.get("containers") or []) + list(spec.get("initContainers") or []):
+            for m in pod_mounts(obj, str(c.get("name", "")), sharing=True, claims=claims):
                 mounted.append((m.identity, m.base, f"{ident[0]}/{ident[1]}"))
     if unlisted is not None:
-        mounted += [(g.identity, g.volume_path, unlisted) for g in groups.values() if g.identity[0] in ("hostPath", "nfs")]
-    for pod in [*universe, *_cross_namespace_vllm(universe, extra, groups)] if groups else ():
+        mounted += [(g.identity, g.volume_path, unlisted) for g in groups.values()
+                    if g.identity[0] in CROSS_NAMESPACE_KINDS]
+    mounted += [(g.identity, g.volume_path, claims.shared[g.identity]) for g in groups.values()
+                if g.identity in claims.shared]
+    # a vLLM container of a targeted pod that --container left out writes like any other pod
+    target_containers = {(p.namespace, p.name, p.container) for p in pods}
+    for pod in [*universe, *_cross_namespace_vllm(universe, extra, groups, claims)] if groups else ():
+        if (pod.namespace, pod.name, pod.container) in target_containers:
+            continue
+        label = f"{pod.namespace}/{pod.name}"
         if (pod.namespace, pod.name) in targeted:
+            label += f" (container {pod.container})"
+        mounts = pod_mounts(pod.raw, pod.container, claims=claims)
+        model_unknown = known_model(pod.serve) is None or bool(unevaluated_in(pod.serve.model, pod.serve.unevaluated))
+        dark = _unknown_disk(kube, pod, cache)
+        if dark is not None:
+            # where it writes cannot be told: any storage it mounts may hold its files
+            maybe += [(m.identity, m.base, label, None if model_unknown else pod.serve.model,
+                       dark) for m in mounts]
             continue
         disk = _disk(kube, pod, cache)
         if disk is None:
             continue
-        mounts = pod_mounts(pod.raw, pod.container)
         for path in disk.paths:
             verdict = check_root(path, mounts)
             if verdict.ok and verdict.mount is not None and verdict.volume_path is not None:
-                writers.append((verdict.mount.identity, verdict.volume_path, f"{pod.namespace}/{pod.name}",
-                                pod.serve.model))
+                writers.append((verdict.mount.identity, verdict.volume_path, label,
+                                None if model_unknown else pod.serve.model))
+    stand_ins = {unlisted} if unlisted is not None else set()
+    stand_ins |= set(claims.shared.values())
     for group in groups.values():
         ordered = [c for ready, c in group.choices if ready] + [c for ready, c in group.choices if not ready]
         choices = tuple(dict.fromkeys(ordered))
         root = choices[0].root
         others = tuple(sorted({n for ident, base, n in mounted
-                               if ident == group.identity and _overlaps(base, group.volume_path)}))
+                               if may_share(ident, base, group.identity, group.volume_path)}))
+        users = _disk_users(group, others, writers, maybe, stand_ins)
         common = dict(namespace=group.namespace, setting=group.setting, root=root, volume=group.label,
                       choices=choices, targeted=tuple(group.pods), others=others)
-        if not others:
+        if hold(users, given=False) is None:
             calls.append(DiskCall(scope="store", model=None, prefixes=(), **common))  # type: ignore[arg-type]
             continue
         for model in group.models:
             if model is None:
+                unknown_why = [p.serve.model_unknown for p in pods
+                               if f"{p.namespace}/{p.name}" in group.pods and p.serve.model_unknown]
+                # never a per-model call without the model: it would select every '*.pt'
                 calls.append(DiskCall(scope="model", model=None, prefixes=(), blocked=(
-                    "the model name is unknown: a per-model deletion is impossible on a volume pods outside the "
-                    f"targets mount ({', '.join(others)})"), **common))  # type: ignore[arg-type]
+                    "the model this pod serves is not known ("
+                    + ("; ".join(dict.fromkeys(unknown_why)) if unknown_why else
+                       "the command names none, or its --config file could not be read")
+                    + "): a per-model deletion is impossible on a volume pods outside the targets mount "
+                    f"({', '.join(others)}), so nothing is deleted; make the model known (name it with "
+                    "'vllm serve MODEL' or --model in the container's command), or empty the directory from a "
+                    "shell in a pod that mounts it"), **common))  # type: ignore[arg-type]
                 continue
-            same = sorted({n for ident, path, n, m in writers
-                           if ident == group.identity and _overlaps(path, group.volume_path) and m == model})
-            blocked = None
-            if same and not shared:
-                blocked = (f"{len(same)} pod(s) outside the targets write {model}'s LMCache files to this volume "
-                           f"({', '.join(same)}): give {SHARED_FLAG} to delete them anyway")
-            calls.append(DiskCall(scope="model", model=model, prefixes=(file_prefix(model),), blocked=blocked,
+            held = hold(users, model=model, given=shared, alike=may_write_as)
+            calls.append(DiskCall(scope="model", model=model, prefixes=(file_prefix(model),),
+                                  blocked=_disk_hold_message(held, model),
+                                  kept=tuple(u.shown() for u in kept(users, model, alike=may_write_as)),
                                   **common))  # type: ignore[arg-type]
     return calls
+
+
+def _disk_users(group: _Group, others: Sequence[str], writers: Sequence[tuple[tuple[str, ...], str, str, str | None]],
+                maybe: Sequence[tuple[tuple[str, ...], str, str, str | None, str]], stand_ins: set[str]) -> list[User]:
+    """The pods outside the targets on ``group``'s storage as consent users: LMCache writers
+    there (with their models), pods whose disk directory is unknown (``unsure``), the stand-ins
+    of pods that cannot be seen (namespaces not listed, other claims on the storage) and every
+    other pod that mounts it (it writes no LMCache files there: ``serves`` False)."""
+    users: list[User] = []
+    for ident, path, name, model in writers:
+        if may_share(ident, path, group.identity, group.volume_path):
+            users.append(User(name, model))
+    for ident, path, name, model, why in maybe:
+        if may_share(ident, path, group.identity, group.volume_path):
+            users.append(User(name, model, unsure=why))
+    named = {u.name for u in users}
+    for name in others:
+        if name in stand_ins:
+            users.append(unlisted_user(name))
+        elif name not in named:
+            users.append(User(name, serves=False))
+    return users
+
+
+def _disk_hold_message(held: Hold | None, model: str) -> str | None:
+    """The row's reason for a per-model deletion held back (:func:`kubectl_kvreset.consent.hold`)."""
+    if held is None:
+        return None
+    if held.why == "same":
+        return (f"{len(held.users)} pod(s) outside the targets write {model}'s LMCache files to this volume "
+                f"({', '.join(held.names)}): give {SHARED_FLAG} to delete them anyway")
+    if held.why == "alike":
+        return (f"pod(s) outside the targets write LMCache files named as {model}'s to this volume "
+                f"({', '.join(u.shown() for u in held.users)}; LMCache writes '/' as '-'), so they cannot be told "
+                f"apart: give {SHARED_FLAG} to delete them too")
+    if held.why == "unsure":
+        return (f"pod(s) outside the targets may write LMCache files named as {model}'s to this volume: "
+                f"where they write cannot be told ({', '.join(f'{u.shown()[:-1]}: {u.unsure})' for u in held.users)}), "
+                f"and their files cannot be told apart from {model}'s: give {SHARED_FLAG} to delete them too")
+    return (f"{', '.join(held.names)} may write {model}'s LMCache files to this volume (who they are cannot be "
+            f"seen): give {SHARED_FLAG} to delete them anyway")
 
 
 def _last_json(data: bytes) -> dict[str, Any] | None:
@@ -246,7 +375,9 @@ def _files(doc: Mapping[str, Any], key: str) -> tuple[int | None, int | None]:
 
 def _remedy(call: DiskCall) -> str:
     what = " ".join(f"'{p}*{DISK_SUFFIX}'" for p in call.prefixes) or f"'*{DISK_SUFFIX}'"
-    return f"delete {what} under {call.root} from a shell in a pod that mounts {call.volume or 'it'}"
+    layout = (" (only those whose name goes on with a number after the '@', LMCache's key layout: "
+              f"'{call.prefixes[0]}v2@...' is another model's)") if call.prefixes else ""
+    return f"delete {what} under {call.root} from a shell in a pod that mounts {call.volume or 'it'}{layout}"
 
 
 def run_disk(kube: Kube, call: DiskCall, *, dry_run: bool = False, timeout_s: float = 120.0) -> StoreResult:
@@ -259,7 +390,8 @@ def run_disk(kube: Kube, call: DiskCall, *, dry_run: bool = False, timeout_s: fl
     last = StoreResult("failed", unit="files", message="no targeted pod to run the deletion in")
     for choice in call.choices:
         via = f"{call.namespace}/{choice.pod} (exec, container {choice.container})"
-        argv = python_argv(choice.root, call.prefixes, count_only=dry_run, file_suffix=DISK_SUFFIX)
+        argv = python_argv(choice.root, call.prefixes, count_only=dry_run, file_suffix=DISK_SUFFIX,
+                           layout=disk_name_regex() if call.prefixes else None, model_only=call.scope == "model")
         try:
             res = kube.exec_command(call.namespace, choice.pod, choice.container, argv, timeout_s=timeout_s)
         except KubeApiError as exc:
@@ -288,8 +420,12 @@ def _outcome(call: DiskCall, choice: ExecChoice, res: Any, via: str, dry_run: bo
         return StoreResult("left", unit="files", via=via, message=f"refused in the pod: {doc['refused']}")
     before, bytes_before = _files(doc, "before")
     if doc.get("missing"):
-        return StoreResult("planned" if dry_run else "emptied", 0, 0, "files", via,
-                           f"{choice.root} does not exist in {choice.pod} (nothing stored yet)")
+        # LMCache creates every local_disk directory when its backend starts
+        # (lmcache/v1/config_base.py::_parse_local_disk), so a missing one is not read as empty
+        message = (f"{choice.root} does not exist in {choice.pod}: nothing deleted, and not confirmed empty (LMCache "
+                   "creates it when its local disk backend starts, so it may write to another directory than the "
+                   "configuration names, or has not started yet)")
+        return StoreResult("planned" if dry_run else "unconfirmed", 0, None if not dry_run else 0, "files", via, message)
     notes: list[str] = []
     if bytes_before:
         notes.append(f"{bytes_before} bytes before")
@@ -330,11 +466,12 @@ def disk_row(call: DiskCall, outcome: StoreResult | None = None) -> dict[str, An
         "store": STORE,
         "address": call.setting,
         "resolved": f"volume {call.volume}" if call.volume else "no volume",
-        "scope": f"model {call.model}" if call.scope == "model" else "store",
+        "scope": f"model {call.model or '(unknown)'}" if call.scope == "model" else "store",
         "model": call.model,
         "method": call.method,
         "targeted_pods": list(call.targeted),
         "other_pods": list(call.others),
+        "kept_pods": list(call.kept),
         "before": before,
         "after": after,
         "unit": "files",

@@ -1,4 +1,4 @@
-"""The shared stores outside the vLLM pods (DESIGN §6): finding them, resolving their addresses.
+"""The shared stores outside the vLLM pods (README "clear-store"): finding them, resolving their addresses.
 
 * :mod:`.config` (pure): from a vLLM pod's configuration (``kv_connector_extra_config``,
   ``LMCACHE_*`` env, the ``LMCACHE_CONFIG_FILE`` YAML, the MP connector's server address,

@@ -1,8 +1,10 @@
-"""Which store calls a clear makes, and the consent rule (DESIGN §6 "Consent").
+"""Which store calls a clear makes, and the consent rule (README "clear-store", "Consent").
 
 A clear runs without a flag when everything it removes belongs to the targets:
 
-* per model (Redis/Valkey ``<model>@*``): no untargeted pod serves that model against that store;
+* per model (Redis/Valkey ``<model>@*`` keys in LMCache's key layout,
+  :func:`kubectl_kvreset.stores.redisclear.is_model_key`): no untargeted pod serves that model,
+  by its exact name, against that store (``org/m@v2`` is another model: its keys are kept);
 * per instance (the LMCache controller's ``/clear`` of one ``lmcache_instance_id``): no
   untargeted pod uses that instance id at that controller;
 * per worker (LMCache's internal API in the vLLM pod itself): always, it is the pod's own;
@@ -19,15 +21,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..consent import SHARED_FLAG, User, hold, kept, unlisted_user
 from ..pods import VllmPod
 from .config import StoreKind
 from .find import FoundStore
 from .mpserver import clear_method
 from .resolve import remedy
 
-__all__ = ["METHODS", "PER_MODEL_KINDS", "SHARED_FLAG", "StoreCall", "plan_calls"]
+__all__ = ["METHODS", "PER_MODEL_KINDS", "SHARED_FLAG", "StoreCall", "plan_calls", "store_users", "user_names"]
 
-SHARED_FLAG = "--shared-stores"
+#: The consent flag (:data:`kubectl_kvreset.consent.SHARED_FLAG`), here for the stores' callers.
+SHARED_FLAG = SHARED_FLAG
 
 @dataclass(frozen=True)
 class StoreCall:
@@ -45,6 +49,8 @@ class StoreCall:
         instance: for ``scope == "instance"``: the LMCache instance id cleared at the controller.
         force: the store's forced variant (the MP server's ``force: true``,
             ``--force-mp-clear``).
+        kept: untargeted pods using the store whose data the call keeps (``ns/name (model M)``:
+            they serve another model, or use another instance id).
     """
 
     store: FoundStore
@@ -55,10 +61,35 @@ class StoreCall:
     others: tuple[str, ...] = ()
     instance: str | None = None
     force: bool = False
+    kept: tuple[str, ...] = ()
 
 
-def _names(pods: Sequence[VllmPod]) -> tuple[str, ...]:
-    return tuple(f"{p.namespace}/{p.name}" for p in pods)
+def user_names(pods: Sequence[VllmPod], store: FoundStore) -> tuple[str, ...]:
+    """``ns/pod`` of each; ``ns/pod (container c)`` for another vLLM container of a targeted pod
+    (``--container`` left it out)."""
+    targets = {(u.pod.namespace, u.pod.name) for u in store.users if u.targeted}
+    return tuple(f"{p.namespace}/{p.name}" + (f" (container {p.container})" if (p.namespace, p.name) in targets else "")
+                 for p in pods)
+
+
+def store_users(store: FoundStore, *, instance: bool = False, which: str | None = None) -> list[User]:
+    """The store's users outside the targets as :class:`~kubectl_kvreset.consent.User` rows
+    (one per pod; the namespaces that could not be listed last), for the consent rule. With
+    ``instance`` the ``model`` of each is its LMCache instance id, ``which`` the targets'."""
+    users: list[User] = []
+    targets = {(u.pod.namespace, u.pod.name) for u in store.users if u.targeted}
+    for u in store.users:
+        if u.targeted:
+            continue
+        name = f"{u.pod.namespace}/{u.pod.name}"
+        if (u.pod.namespace, u.pod.name) in targets:
+            # another vLLM container of a targeted pod (--container left it out)
+            name += f" (container {u.pod.container})"
+        if instance:
+            users.append(User(name, u.use.instance_id if u.use.instance_id is not None else None, serves=True))
+        elif all(x.name != name or x.model != u.use.model for x in users):
+            users.append(User(name, u.use.model))
+    return users + [unlisted_user(ns) for ns in store.unlisted]
 
 
 def _redis_method(store: FoundStore, model: str | None) -> str:
@@ -113,7 +144,7 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
     for store in stores:
         res = store.resolution
         outside = None
-        if res.kind == "outside":
+        if res.kind in ("outside", "unresolved"):  # unresolved: a list of the API server was refused
             outside = f"{res.message}; {remedy(store.kind, store.address)}"
         scope = store.users[0].use.scope if store.users else "store"
         if scope == "worker":
@@ -126,34 +157,41 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
         if store.kind in PER_MODEL_KINDS:
             models = list(dict.fromkeys(u.use.model for u in store.users if u.targeted))
             for model in models:
-                others = _names(store.others(model))
+                others = user_names(store.others(model), store)
                 blocked = outside
                 if blocked is None and store.address is not None and store.address.scheme == "redis-sentinel":
                     blocked = ("a redis-sentinel URL names the Sentinels, which hold no keys: the keys are on the "
                                "master they elect (redis-cli -h SENTINEL -p 26379 SENTINEL get-master-addr-by-name "
                                f"NAME); there, {remedy(store.kind, None, model=model)}")
                 elif blocked is None and model is None:
-                    blocked = "the model name is unknown: a per-model clear is impossible"
+                    why = [u.pod.serve.model_unknown for u in store.users
+                           if u.targeted and u.use.model is None and u.pod.serve.model_unknown]
+                    blocked = "the model name is unknown: a per-model clear is impossible" + (
+                        f" ({'; '.join(dict.fromkeys(why))})" if why else "")
                 elif outside is not None:
                     blocked = f"{res.message}; {remedy(store.kind, store.address, model=model)}"
-                elif others and not shared:
+                users = store_users(store)
+                held = hold(users, model=model, given=shared) if blocked is None and model is not None else None
+                if held is not None and held.why == "same":
                     blocked = (f"{len(others)} pod(s) outside the targets serve {model} against this store "
                                f"({', '.join(others)}): give {SHARED_FLAG} to remove its keys anyway")
-                elif store.unlisted and not shared:
-                    blocked = (f"namespaces that cannot be listed ({', '.join(store.unlisted)}) may hold pods "
+                elif held is not None:
+                    blocked = (f"namespaces that cannot be listed ({', '.join(held.names)}) may hold pods "
                                f"serving {model} against this store: give {SHARED_FLAG} to remove its keys anyway")
-                calls.append(StoreCall(store, "model", model, _method(store, model), blocked, others))
+                calls.append(StoreCall(store, "model", model, _method(store, model), blocked, others,
+                                       kept=tuple(u.shown() for u in kept(users, model))))
             continue
-        others = _names(store.others())
+        others = user_names(store.others(), store)
         blocked = outside
         if store.kind not in METHODS:
             blocked = blocked or f"{_no_clear(store.kind)}; {remedy(store.kind, store.address)}"
-        elif blocked is None and not shared:
-            if others:
+        elif blocked is None:
+            held = hold(store_users(store), given=shared)
+            if held is not None and held.why == "others":
                 blocked = (f"store-wide clear, and {len(others)} pod(s) outside the targets use this store "
                            f"({', '.join(others)}): give {SHARED_FLAG} to empty it anyway")
-            elif store.unlisted:
-                blocked = (f"store-wide clear, and namespaces that cannot be listed ({', '.join(store.unlisted)}) "
+            elif held is not None:
+                blocked = (f"store-wide clear, and namespaces that cannot be listed ({', '.join(held.names)}) "
                            f"may hold other users: give {SHARED_FLAG} to empty it anyway")
         calls.append(StoreCall(store, "store", None, _method(store, None), blocked, others))
     return _without_covered_workers(calls)
@@ -190,23 +228,28 @@ def _without_covered_workers(calls: list[StoreCall]) -> list[StoreCall]:
 def _instance_calls(store: FoundStore, outside: str | None, *, shared: bool) -> list[StoreCall]:
     """One call per LMCache instance id the targets use at a controller. It empties that
     instance only, so it belongs to the targets when no untargeted pod the plugin can see uses the
-    same instance id at this controller and no namespace that cannot be listed might (DESIGN §6:
-    those count as possible other users)."""
+    same instance id at this controller and no namespace that cannot be listed might (those
+    count as possible other users)."""
     calls: list[StoreCall] = []
     for instance in dict.fromkeys(u.use.instance_id for u in store.users if u.targeted):
-        others = _names([u.pod for u in store.users if not u.targeted and u.use.instance_id == instance])
+        # an instance id is what a per-model clear's model is: a pod of another id keeps its part
+        users = [u for u in store_users(store, instance=True) if not u.listed or u.model is not None]
+        others = user_names([u.pod for u in store.users if not u.targeted and u.use.instance_id == instance], store)
         blocked = outside
         if blocked is None and store.kind not in METHODS:
             blocked = f"not cleared by this version; {remedy(store.kind, store.address)}"
         elif blocked is None and instance is None:
             blocked = ("lmcache_instance_id is not set: the controller clears by instance id, so nothing can be "
                        "cleared through it")
-        elif blocked is None and not shared:
-            if others:
+        elif blocked is None:
+            held = hold(users, model=instance, given=shared)
+            if held is not None and held.why == "same":
                 blocked = (f"{len(others)} pod(s) outside the targets use LMCache instance {instance} at this "
                            f"controller ({', '.join(others)}): give {SHARED_FLAG} to clear it anyway")
-            elif store.unlisted:
-                blocked = (f"namespaces that cannot be listed ({', '.join(store.unlisted)}) may hold pods of LMCache "
+            elif held is not None:
+                blocked = (f"namespaces that cannot be listed ({', '.join(held.names)}) may hold pods of LMCache "
                            f"instance {instance}: give {SHARED_FLAG} to clear it anyway")
-        calls.append(StoreCall(store, "instance", None, _method(store, None), blocked, others, instance=instance))
+        calls.append(StoreCall(store, "instance", None, _method(store, None), blocked, others, instance=instance,
+                               kept=tuple(f"{u.name} (instance {u.model})" for u in users
+                                          if u.listed and u.model != instance)))
     return calls

@@ -1,4 +1,4 @@
-"""Running one planned store call through the API server (DESIGN §6 "Reaching them").
+"""Running one planned store call through the API server (README "clear-store").
 
 Redis/Valkey over ``pods/portforward`` to a ready endpoint pod of the Service (as
 ``kubectl port-forward svc/...`` picks one), the Mooncake master's admin port, the LMCache
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..kube import Kube, KubeApiError, KubeConnectionError, status_message
+from ..kube import Kube, KubeAnswerTooLarge, KubeApiError, KubeConnectionError, size_text, status_message
 from .calls import StoreCall
 from .config import StoreKind
 from .infinistore import InfiniStoreError, clear_infinistore
@@ -62,11 +62,17 @@ def pod_http(kube: Kube, ep: Endpoint, port: int, timeout_s: float) -> Callable[
     """An ``http(method, path, query, body=None) -> (status, body)`` to ``port`` of the endpoint's
     pod over the API server's pod proxy (``pods/proxy``); a ``body`` goes as ``application/json``.
     An answer the API server itself gave (403, 404 of the pod, 503) raises :class:`KubeApiError`
-    with its Status message, so a store's own 404 is never mistaken for a missing pod."""
+    with its Status message, so a store's own 404 is never mistaken for a missing pod. An answer
+    past :data:`~kubectl_kvreset.kube.POD_ANSWER_MAX_BYTES` raises :class:`~kubectl_kvreset.kube.KubeAnswerTooLarge`
+    naming the pod, port, route and cap (a ``failed`` row)."""
 
     def http(method: str, path: str, query: Sequence[tuple[str, str]] = (), body: bytes | None = None) -> tuple[int, bytes]:
-        ans = kube.pod_proxy(ep.namespace, ep.name, port, method, path, list(query), body=body,
-                             content_type="application/json" if body is not None else None, timeout_s=timeout_s)
+        try:
+            ans = kube.pod_proxy(ep.namespace, ep.name, port, method, path, list(query), body=body,
+                                 content_type="application/json" if body is not None else None, timeout_s=timeout_s)
+        except KubeAnswerTooLarge as exc:
+            raise KubeAnswerTooLarge(f"{method} {path} on {ep.namespace}/{ep.name}:{port}: the store's answer is larger "
+                                     f"than the {size_text(exc.limit)} cap; reading stopped there", exc.limit) from exc
         if ans.from_apiserver:
             reason, message = status_message(ans.body)
             raise KubeApiError(ans.status, reason, message or ans.text()[:300])
@@ -81,27 +87,64 @@ def _clear_redis(kube: Kube, call: StoreCall, ep: Endpoint, dry_run: bool, timeo
     via = f"{ep.namespace}/{ep.name}:{port}"
     extra = store.users[0].use.extra or {}
     valkey = store.kind is StoreKind.VALKEY
-    done = clear_model_keys(lambda: kube.port_forward_socket(ep.namespace, ep.name, port, timeout_s=timeout_s),
-                            store.address, call.model or "",  # type: ignore[arg-type]
-                            password=extra.get("valkey_password") if valkey else None,
-                            username=extra.get("valkey_username") if valkey else None,
-                            cluster=str(extra.get("valkey_mode", "")).lower() == "cluster",
-                            dry_run=dry_run, timeout_s=timeout_s)
+    try:
+        done = clear_model_keys(lambda: kube.port_forward_socket(ep.namespace, ep.name, port, timeout_s=timeout_s),
+                                store.address, call.model or "",  # type: ignore[arg-type]
+                                password=extra.get("valkey_password") if valkey else None,
+                                username=extra.get("valkey_username") if valkey else None,
+                                cluster=str(extra.get("valkey_mode", "")).lower() == "cluster",
+                                dry_run=dry_run, timeout_s=timeout_s)
+    except RedisStoreError as exc:
+        if exc.partial is None:
+            raise
+        # the clear stopped part-way: the row keeps what it counted (the message says what was deleted)
+        return StoreResult("failed", exc.partial.before, None, via=via, message=str(exc))
+    kept = (f"{done.kept} key(s) matching {done.pattern!r} are not in the layout of {call.model}'s keys "
+            "(another model's name starts with it): kept") if done.kept else None
+    unsure = (f"{done.unsure_owner} key(s) in the layout of {call.model}'s keys also read as keys of a model "
+              f"whose name starts with or extends {call.model!r} (their tags look like a key's numbers): LMCache "
+              "writes the same string for both, so they were kept") if done.unsure_owner else None
     if dry_run:
-        return StoreResult("planned", done.before, done.after, via=via)
-    result = "emptied" if done.after == 0 else "left"
-    msg = None if result == "emptied" else f"{done.after} key(s) of {call.model} remain (written meanwhile?)"
-    return StoreResult(result, done.before, done.after, via=via, message=msg)
+        return StoreResult("planned", done.before, done.after, via=via,
+                           message="; ".join(m for m in (unsure, kept) if m) or None)
+    notes = []
+    if unsure:
+        notes.append(unsure)
+    if done.after:
+        notes.append(f"{done.after} key(s) of {call.model} remain (written meanwhile?)")
+    if done.reconnects:
+        notes.append(f"the port-forward stream was lost {done.reconnects} time(s) and the clear went on over a "
+                     f"new one; {done.removed} key(s) deleted")
+    if kept:
+        notes.append(kept)
+    result = "emptied" if done.after == 0 and not done.unsure_owner else "left"
+    return StoreResult(result, done.before, done.after, via=via, message="; ".join(notes) or None)
 
 
 def _clear_mooncake(kube: Kube, call: StoreCall, ep: Endpoint, dry_run: bool, timeout_s: float) -> StoreResult:
     port = admin_port(StoreKind.MOONCAKE, pod_object(kube, ep)) or 9003
     via = f"{ep.namespace}/{ep.name}:{port}"
-    mc = clear_master(pod_http(kube, ep, port, timeout_s), dry_run=dry_run)
+    try:
+        # an API server answer below 500 (403, 404, 429) means the call did not reach the master
+        mc = clear_master(pod_http(kube, ep, port, timeout_s), dry_run=dry_run,
+                          refused=lambda exc: isinstance(exc, KubeApiError) and exc.status < 500)
+    except MooncakeError as exc:
+        if exc.before is None:
+            raise
+        cause = exc.__cause__
+        return StoreResult("failed", exc.before, None, via=via,
+                           message=api_refusal(call, cause) if isinstance(cause, KubeApiError) else str(exc))
     if dry_run:
         return StoreResult("planned", mc.before, mc.after, via=via)
     if mc.left:
         return StoreResult("left", mc.before, mc.after, via=via, message=mc.left)
+    if mc.unknown:
+        if mc.after == 0:
+            return StoreResult("emptied", mc.before, 0, via=via,
+                               message=f"{mc.unknown}; master_key_count is 0 afterwards")
+        counted = ("nothing counted what remains" if mc.after is None
+                   else f"master_key_count is {mc.after} afterwards: the clear may still be running, or did not happen")
+        return StoreResult("unconfirmed", mc.before, mc.after, via=via, message=f"{mc.unknown}; {counted}")
     result = "emptied" if mc.after == 0 else "left"
     msg = None if result == "emptied" else (
         f"{mc.after} key(s) remain (objects with pending replication, or written meanwhile)")

@@ -1,6 +1,6 @@
 """From a vLLM pod's configuration to the shared stores it uses. Pure: no I/O.
 
-Where each setting comes from (research/lmcache.md §1-§3, §5; research/real-peers.md §2-§4):
+Where each setting comes from (LMCache 0.5.6 and Mooncake sources, named per point below):
 
 * In-process LMCache (``LMCacheConnectorV1``): its settings are the YAML file
   ``LMCACHE_CONFIG_FILE`` names, overridden by ``LMCACHE_<UPPER KEY>`` env
@@ -65,7 +65,7 @@ _NONE_VALUES = (None, "", "None", "none", "null")
 
 
 class StoreKind(str, Enum):
-    """What a store is, hence how it is cleared (DESIGN §6 table)."""
+    """What a store is, hence how it is cleared (the table of README "clear-store")."""
 
     LMCACHE_CONTROLLER = "lmcache-controller"
     LMCACHE_WORKER = "lmcache-worker"
@@ -78,7 +78,7 @@ class StoreKind(str, Enum):
     OTHER = "other"
 
 
-#: ``remote_url`` scheme -> kind (lmcache.md §3).
+#: ``remote_url`` scheme -> kind (LMCache ``lmcache/v1/storage_backend/connector/__init__.py``).
 _REMOTE_KINDS: dict[str, StoreKind] = {
     "redis": StoreKind.REDIS, "rediss": StoreKind.REDIS, "unix": StoreKind.REDIS,
     "redis-sentinel": StoreKind.REDIS, "redis-cluster": StoreKind.REDIS, "resp": StoreKind.REDIS,
@@ -219,7 +219,11 @@ def resolve_env(pod: Mapping[str, Any], container: Mapping[str, Any],
     """The container's environment as the kubelet builds it: ``envFrom`` sources in order
     (with their ``prefix``), then ``env`` entries in order (a later one wins; ``$(VAR)``
     expanded against what came before; ``valueFrom`` ``configMapKeyRef``/``secretKeyRef`` read
-    through ``lookup``, ``fieldRef`` from the pod object).
+    through ``lookup``, ``fieldRef`` from the pod object). As in
+    ``pkg/kubelet/kubelet_pods.go::makeEnvironmentVariables``, an ``optional`` reference whose
+    ConfigMap/Secret or key is absent keeps what came before; a ``valueFrom`` that cannot be
+    read here (not permitted, a resource field) removes the earlier value, which the server
+    does not see.
 
     Returns:
         ``(env, notes)``: the variables that could be resolved, and one note per variable or
@@ -256,6 +260,7 @@ def resolve_env(pod: Mapping[str, Any], container: Mapping[str, Any],
             env[name] = expand_k8s_refs(str(entry.get("value") or ""), env)
             continue
         vf = entry.get("valueFrom") or {}
+        earlier = env.pop(name, None)
         if "fieldRef" in vf:
             path = str((vf["fieldRef"] or {}).get("fieldPath", ""))
             m = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
@@ -269,10 +274,17 @@ def resolve_env(pod: Mapping[str, Any], container: Mapping[str, Any],
                 ref = vf[key] or {}
                 data, why = _lookup(lookup, kind, str(ref.get("name", "")))
                 if data is None:
+                    if ref.get("optional") and why is not None and why.endswith("does not exist"):
+                        if earlier is not None:
+                            env[name] = earlier
+                        continue
                     notes.append(f"{name}: {why}")
                 elif ref.get("key") in data:
                     env[name] = str(data[ref["key"]])
-                elif not ref.get("optional"):
+                elif ref.get("optional"):
+                    if earlier is not None:
+                        env[name] = earlier
+                else:
                     notes.append(f"{name}: key {ref.get('key')!r} absent from {kind}/{ref.get('name')}")
     return env, notes
 

@@ -1,4 +1,4 @@
-"""Purging an InfiniStore server (research/lmcache.md §3; DESIGN §6 table).
+"""Purging an InfiniStore server (``bytedance/InfiniStore`` ``infinistore/server.py``).
 
 LMCache's ``infinistore://HOST:PORT`` names the server's data plane (``--service-port``,
 default 22345; ``lmcache/v1/storage_backend/connector/infinistore_adapter.py`` passes the URL's

@@ -1,5 +1,6 @@
-"""Clearing one LMCache instance through its cache controller (in-process mode; research/lmcache.md
-§1, research/real-peers.md §2). Pure: every call goes through an ``http`` callable.
+"""Clearing one LMCache instance through its cache controller (in-process mode;
+LMCache 0.5.6 ``lmcache/v1/api_server/__main__.py``, checked by ``tests/peers/test_stores_lmcache.py``).
+Pure: every call goes through an ``http`` callable.
 
 What LMCache 0.5.6 does, from its sources:
 

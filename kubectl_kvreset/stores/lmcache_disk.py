@@ -13,7 +13,8 @@ LMCache 0.5.6, in-process (``LMCacheConnectorV1``):
   being ``<model>@<world_size>@<worker_id>@<chunk hash>@<dtype>[@tags]``
   (``lmcache/utils.py::CacheEngineKey.to_string``): a model's files start with
   ``<model with "/" -> "-">@`` and end with ``.pt``;
-* ``LocalDiskBackend`` has no ``clear()`` (research/lmcache.md §1), so emptying it means
+* ``LocalDiskBackend`` has no ``clear()`` (LMCache 0.5.6
+  ``lmcache/v1/storage_backend/storage_manager.py::StorageManager.clear`` skips it), so emptying it means
   deleting those files; its in-memory index of them drops an entry when a read finds the file
   gone (``LocalDiskBackend.read_file``: ``FileNotFoundError`` -> ``self.dict.pop(key)``).
 

@@ -1,5 +1,6 @@
-"""Clearing LMCache's in-process workers through their internal API server (research/lmcache.md
-§1 "Per-worker internal API server", research/real-peers.md §2). Pure: every call goes through an
+"""Clearing LMCache's in-process workers through their internal API server (LMCache
+``lmcache/v1/internal_api_server/api_server.py``, checked by ``tests/peers/test_stores_lmcache.py``).
+Pure: every call goes through an
 ``http`` callable per port.
 
 What LMCache 0.5.6 serves on each worker port (``internal_api_server_port_start`` + 1 + rank;

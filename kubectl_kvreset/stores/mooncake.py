@@ -1,4 +1,5 @@
-"""Clearing a Mooncake master (research/lmcache.md §5, research/real-peers.md §4).
+"""Clearing a Mooncake master (``kvcache-ai/Mooncake``; checked by
+``tests/peers/test_stores_redis_mooncake.py``).
 
 ``POST /api/v1/remove_all?force=true`` on the master's admin port (``--metrics_port``,
 default 9003) answers ``{"success":true,"removed_count":N}`` (Mooncake
@@ -26,19 +27,30 @@ OLD_MASTER_REMEDY = ("the master predates v0.3.12.post1 (no remove_all on its ad
 
 
 class MooncakeError(Exception):
-    """The master answered something the clear cannot use (message says what)."""
+    """The master answered something the clear cannot use (message says what).
+
+    ``before``: the ``master_key_count`` read before the failing call (None when the failure
+    came first), so the row keeps it.
+    """
+
+    def __init__(self, message: str, before: int | None = None) -> None:
+        super().__init__(message)
+        self.before = before
 
 
 @dataclass(frozen=True)
 class MooncakeClear:
     """``before``/``after``: ``master_key_count``; ``removed``: the master's
     ``removed_count`` (None on a dry run or when it was not called); ``left`` with the reason
-    when the call is missing (404)."""
+    when the call is missing (404); ``unknown`` with the reason when ``remove_all`` was sent and
+    no answer came (a hung master, a timeout): ``after`` is then the count read afterwards,
+    None when the master did not answer that either."""
 
     before: int | None
     after: int | None
     removed: int | None
     left: str | None = None
+    unknown: str | None = None
 
 
 def key_count(http: Http) -> int | None:
@@ -60,26 +72,52 @@ def key_count(http: Http) -> int | None:
     return None
 
 
-def clear_master(http: Http, *, dry_run: bool = False) -> MooncakeClear:
+def clear_master(http: Http, *, dry_run: bool = False,
+                 refused: Callable[[Exception], bool] = lambda exc: False) -> MooncakeClear:
     """Empty the whole Mooncake store (``remove_all?force=true``), counting keys before and after.
+
+    ``refused(exc)`` says whether an exception ``http`` raised for the ``remove_all`` call means
+    the call never reached the master (an authorisation refusal): it is then a
+    :class:`MooncakeError` with ``before``, caused by ``exc``.
+    Any other exception from that call (a timeout, a broken stream, the API server's 503 for
+    a master that does not answer) leaves the outcome unknown: the count is read again and the
+    result says so in ``unknown``.
 
     Raises:
         MooncakeError: ``/metrics`` failed, or ``remove_all`` answered neither 200 nor 404,
-        or ``success`` was false.
+        or ``success`` was false (``before`` set when it was read).
     """
     before = key_count(http)
     if dry_run:
         return MooncakeClear(before, before, None)
-    status, body = http("POST", REMOVE_ALL, (("force", "true"),))
+    try:
+        status, body = http("POST", REMOVE_ALL, (("force", "true"),))
+    except Exception as exc:
+        if refused(exc):
+            raise MooncakeError(f"POST {REMOVE_ALL} was refused: {exc}", before) from exc
+        return MooncakeClear(before, _count_again(http), None, unknown=f"POST {REMOVE_ALL} got no answer ({exc})")
     if status == 404:
         return MooncakeClear(before, before, None, left=OLD_MASTER_REMEDY)
     if status != 200:
-        raise MooncakeError(f"POST {REMOVE_ALL} answered {status}: {body[:200].decode('utf-8', 'replace')}")
+        raise MooncakeError(f"POST {REMOVE_ALL} answered {status}: {body[:200].decode('utf-8', 'replace')}", before)
     try:
         answer = json.loads(body or b"{}")
     except ValueError as exc:
-        raise MooncakeError(f"POST {REMOVE_ALL}: not JSON ({body[:100]!r})") from exc
+        raise MooncakeError(f"POST {REMOVE_ALL}: not JSON ({body[:100]!r})", before) from exc
     if not answer.get("success", False):
-        raise MooncakeError(f"POST {REMOVE_ALL}: {answer}")
+        raise MooncakeError(f"POST {REMOVE_ALL}: {answer}", before)
     removed = answer.get("removed_count")
-    return MooncakeClear(before, key_count(http), int(removed) if isinstance(removed, int) else None)
+    try:
+        after = key_count(http)
+    except Exception as exc:  # the clear was answered; only the count after it is missing
+        return MooncakeClear(before, None, int(removed) if isinstance(removed, int) else None,
+                             unknown=f"remove_all answered, but GET /metrics did not afterwards ({exc})")
+    return MooncakeClear(before, after, int(removed) if isinstance(removed, int) else None)
+
+
+def _count_again(http: Http) -> int | None:
+    """``master_key_count`` after a call whose outcome is unknown; None when that fails too."""
+    try:
+        return key_count(http)
+    except Exception:  # the master or the path to it is down: nothing counts what remains
+        return None

@@ -1,9 +1,11 @@
-"""Clearing an LMCache MP server's L1 (research/lmcache.md §2, research/real-peers.md §2).
+"""Clearing an LMCache MP server's L1 (LMCache ``lmcache/v1/multiprocess/http_apis/cache_api.py``;
+the real 0.5.6 server's answers are checked by ``tests/peers/test_stores_mpserver.py``).
 
 The MP server (``lmcache server``: ``lmcache/v1/multiprocess/http_server.py``) keeps one L1
 that every vLLM engine connected to it (``LMCacheMPConnector``) shares, so its clear is
 store-wide. Its HTTP frontend (``--http-port``, default 8080) has answered the clear at three
-paths over time (lmcache.md §2 "Clear endpoints over time", checked in the wheels):
+paths over time (checked in the PyPI wheels' ``lmcache/v1/multiprocess/http_server.py`` and
+``http_apis/*.py``):
 
 =============  ================================================  ===============
 lmcache        clear                                             status
@@ -189,15 +191,18 @@ def clear_l1(http: Http, *, force: bool = False, dry_run: bool = False) -> MpCle
 
 def zmq_only_remedy(pod: str) -> str:
     """What would empty the L1 of the ZMQ-only MP server ``pod`` (``ns/name``), which has no HTTP
-    API (``python -m lmcache.v1.multiprocess.server``; lmcache.md §2 "Kubernetes deployment" and
-    §4: LMCache 0.5.6's ``lmcache_mp_connector.py`` forwards vLLM's ``reset_cache`` to the server's
+    API (``python -m lmcache.v1.multiprocess.server``, the command of LMCache's
+    ``examples/multi_process/lmcache-daemonset.yaml`` and operator; LMCache 0.5.6's
+    ``lmcache_mp_connector.py`` forwards vLLM's ``reset_cache`` to the server's
     L1 clear, unlocked objects only)."""
     return (f"pod {pod} runs the ZMQ-only MP server (python -m lmcache.v1.multiprocess.server): it has no "
             "HTTP clear. To empty its L1: restart that pod (disruptive: every vLLM pod connected to it "
             "loses its cache and reconnects), or run it as `lmcache server ... --http-port 8080` (the HTTP "
             "frontend) so that POST /cache/clear can be called; where the vLLM pods load LMCache's own connector "
-            "(kv_connector_module_path lmcache.integration.vllm.lmcache_mp_connector, lmcache >= 0.5.6), "
-            "their reset_prefix_cache?reset_external=true clears its unlocked L1 objects")
+            "(vLLM 0.32 does for LMCacheMPConnector unless LMCACHE_USE_UPSTREAM_MP is set; "
+            "kv_connector_module_path lmcache.integration.vllm.lmcache_mp_connector on any release; "
+            "lmcache >= 0.5.6), their reset_prefix_cache?reset_external=true clears its unlocked L1 objects "
+            "(clear sends it when every pod using that server is targeted, or with --shared-stores)")
 
 
 def _count(c: L1Count | None) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from ..kube import KubeApiError
+from ..permissions import from_forbidden
 from .calls import StoreCall
 from .resolve import remedy
 
@@ -52,6 +53,9 @@ def api_refusal(call: StoreCall, exc: KubeApiError) -> str:
         both = _BOTH.get(resource)
         text += f"; needs {need}" + (f" (the clear uses {both} on {resource})" if both else "")
         text += " - the Role in rbac/ grants it"
+        perm = from_forbidden(exc.message or str(exc))
+        if perm is not None:
+            text += f" (rule {perm.rule()})"
     store = call.store
     text += f"; what would empty it: {remedy(store.kind, store.address, model=call.model)}"
     return text

@@ -4,7 +4,8 @@ Names follow cluster DNS (Kubernetes "DNS for Services and Pods"): ``name`` in t
 pod's namespace, ``name.ns``, ``name.ns.svc``, ``name.ns.svc.cluster.local``; an IP is a
 Service's ``spec.clusterIP`` or a pod's ``status.podIP``. A ``hostNetwork`` pod has its node's
 IP, so ``status.hostIP`` of the client reaches a ``hostNetwork`` DaemonSet pod on the same
-node (LMCache's MP DaemonSet, research/lmcache.md §2). ``localhost`` is the client pod itself.
+node (LMCache's MP DaemonSet, ``examples/multi_process/lmcache-daemonset.yaml``). ``localhost``
+is the client pod itself.
 
 The admin (HTTP) port of a store is read from its container's args with the defaults research
 gives: LMCache controller ``--port`` 9000, MP server ``--http-port`` 8080, Mooncake master
@@ -14,11 +15,13 @@ gives: LMCache controller ``--port`` 9000, MP server ``--http-port`` 8080, Moonc
 from __future__ import annotations
 
 import ipaddress
+import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..permissions import Permission, from_forbidden
 from .config import Address, StoreKind, glob_escape
 
 __all__ = ["ClusterIndex", "Endpoint", "Resolution", "admin_port", "remedy"]
@@ -50,8 +53,9 @@ class Resolution:
     """Where an address leads.
 
     Attributes:
-        kind: ``"service"``, ``"pod"`` (a pod IP, ``localhost``, or a node's hostNetwork pod)
-            or ``"outside"`` (nothing of the cluster has it).
+        kind: ``"service"``, ``"pod"`` (a pod IP, ``localhost``, or a node's hostNetwork pod),
+            ``"outside"`` (nothing of the cluster has it) or ``"unresolved"`` (a list it
+            needed was refused: the message names the permission, never "does not exist").
         namespace, name: the Service or pod (``""`` when outside).
         service_port: the Service port the address names (services only).
         endpoints: the pods that serve it (one for a pod).
@@ -69,6 +73,8 @@ class Resolution:
         """``service lmc/kv-redis``, ``pod lmc/worker-0`` or ``outside the cluster``."""
         if self.kind == "outside":
             return "outside the cluster"
+        if self.kind == "unresolved":
+            return "unresolved (forbidden)"
         return f"{self.kind} {self.namespace}/{self.name}"
 
 
@@ -109,7 +115,8 @@ def admin_port(kind: StoreKind, pod: Mapping[str, Any] | None) -> int | None:
 def mp_has_http(pod: Mapping[str, Any] | None) -> bool:
     """Whether an LMCache MP server pod serves HTTP: ``lmcache server`` and
     ``lmcache.v1.multiprocess.http_server`` do, ``python -m lmcache.v1.multiprocess.server``
-    (the operator's and the DaemonSet example's command) is ZMQ only (lmcache.md §2)."""
+    (the operator's and the DaemonSet example's command) is ZMQ only (its argparse text:
+    "LMCache Cache Server (without HTTP)")."""
     for c in ((pod or {}).get("spec") or {}).get("containers") or []:
         argv = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
         if "lmcache.v1.multiprocess.server" in argv:
@@ -126,6 +133,9 @@ class ClusterIndex:
         unlisted: namespaces that could not be listed (Forbidden): an address there may be
             a Service the plugin cannot see.
         denied: the API server's refusals (they name the missing permission).
+        forbidden: ``(resource, namespace)`` -> the API server's refusal of that list
+            (namespace ``""``: the cluster scope).
+        listed: resource -> the namespaces it was listed in (None: every namespace).
     """
 
     services: Sequence[Mapping[str, Any]]
@@ -133,6 +143,8 @@ class ClusterIndex:
     pods: Sequence[Mapping[str, Any]]
     unlisted: Sequence[str] = ()
     denied: Sequence[str] = ()
+    forbidden: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    listed: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
     _by_name: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -170,6 +182,27 @@ class ClusterIndex:
                                         bool((ep.get("conditions") or {}).get("ready", True))))
         return chosen.get("port"), tuple(eps)
 
+    def refusal(self, resource: str, namespace: str | None) -> Permission | None:
+        """The refused permission that kept ``resource`` of ``namespace`` (None: any
+        namespace) from being listed, or None when it was listed."""
+        listed = self.listed.get(resource)
+        if listed is None or (namespace is not None and namespace in listed):
+            return None
+        keys = [(resource, namespace)] if namespace is not None else []
+        keys += [(resource, ns) for (res, ns) in self.forbidden if res == resource and (resource, ns) not in keys]
+        for key in [*keys, (resource, "")]:
+            if key in self.forbidden:
+                group = "discovery.k8s.io" if resource == "endpointslices" else ""
+                return from_forbidden(self.forbidden[key]) or Permission("list", resource, group, key[1] or None)
+        return None
+
+    def _unresolved(self, address: Address, resource: str, namespace: str | None, what: str) -> Resolution | None:
+        perm = self.refusal(resource, namespace)
+        if perm is None:
+            return None
+        return Resolution("unresolved", namespace or "", "",
+                          message=f"{address.display()} could not be resolved: {perm.refused(what)}")
+
     def _service(self, svc: Mapping[str, Any], port: int | None, how: str) -> Resolution:
         meta = svc.get("metadata") or {}
         sport, eps = self._service_endpoints(svc, port)
@@ -206,6 +239,8 @@ class ClusterIndex:
         except ValueError:
             ip = None
         if ip is not None:
+            blocked = (self._unresolved(address, "services", None, f"to tell whether {ip} is a Service's ClusterIP")
+                       or self._unresolved(address, "pods", None, f"to tell whether {ip} is a pod's IP"))
             for svc in self.services:
                 if (svc.get("spec") or {}).get("clusterIP") == ip:
                     return self._service(svc, port, f"ClusterIP {ip}")
@@ -224,6 +259,8 @@ class ClusterIndex:
             if candidates:
                 how = "the node's address (status.hostIP)" if ip == node_ip else f"node IP {ip}"
                 return self._pod_at(candidates[0], port, f"{how}, hostNetwork")
+            if blocked is not None:  # a refused list is no proof that nothing has the IP
+                return blocked
             return self._outside(f"{ip} is no Service ClusterIP or pod IP of the cluster")
         parts = host.split(".")
         suffix = ["svc", *CLUSTER_DOMAIN.split(".")]
@@ -235,7 +272,13 @@ class ClusterIndex:
             return self._outside(f"{host} is not a cluster Service name")
         found = self._by_name.get(key)
         if found is None:
+            blocked = self._unresolved(address, "services", key[0], f"to find service {key[0]}/{key[1]}")
+            if blocked is not None:  # a 403 is never "does not exist"
+                return blocked
             return self._outside(f"service {key[0]}/{key[1]} does not exist", key[0])
+        blocked = self._unresolved(address, "endpointslices", key[0], f"to find the pods behind service {key[0]}/{key[1]}")
+        if blocked is not None:
+            return blocked
         return self._service(found, port, host)
 
     def _outside(self, why: str, namespace: str | None = None) -> Resolution:
@@ -249,7 +292,10 @@ def redis_cli_remedy(address: Address | None, model: str | None) -> str:
     """The ``redis-cli`` pipeline that removes ``model``'s LMCache keys: the same connection
     options on both sides (``-s`` for a Unix socket, ``-h``/``-p``, ``-n`` for a database in the
     URL, ``--tls`` for ``rediss``; credentials are left to ``REDISCLI_AUTH``, never printed), and
-    the glob-escaped ``<model>@*`` pattern the plugin's own ``SCAN`` uses."""
+    the glob-escaped ``<model>@*`` pattern the plugin's own ``SCAN`` uses, then a ``grep -E`` for
+    LMCache's key layout (``<model>@<world size>@<worker>@<hash>@``, as
+    :func:`kubectl_kvreset.stores.redisclear.is_model_key`) so that the keys of a model whose
+    name starts with ``<model>@`` (``org/m@v2`` for ``org/m``) are kept."""
     if address is not None and address.path:
         conn = f"-s {shlex.quote(address.path)}"
     else:
@@ -259,12 +305,15 @@ def redis_cli_remedy(address: Address | None, model: str | None) -> str:
     if address is not None and address.tls:
         conn += " --tls"
     pattern = shlex.quote(f"{glob_escape(model)}@*") if model else "'<model>@*'"
-    return f"redis-cli {conn} --scan --pattern {pattern} | xargs redis-cli {conn} UNLINK"
+    ere = re.sub(r"([.\[\]()*+?{}|^$\\])", r"\\\1", model) if model else "<model>"
+    layout = shlex.quote(f"^{ere}@-?[0-9]+@-?[0-9]+@-?[0-9a-f]+@[a-z0-9_]+(@|kv_bytes$|metadata$|:|$)")
+    return (f"redis-cli {conn} --scan --pattern {pattern} | grep -E {layout} | "
+            f"xargs -r redis-cli {conn} UNLINK")
 
 
 def remedy(kind: StoreKind, address: Address | None, *, model: str | None = None) -> str:
     """What would clear a store the plugin cannot reach, as a command a user can run where the
-    store is reachable (research/lmcache.md §1-§5)."""
+    store is reachable (the recipes of README "clear-store")."""
     where = address.display() if address else "the store"
     host = f"{address.host}" if address else "HOST"
     if kind in (StoreKind.REDIS, StoreKind.VALKEY):
@@ -282,12 +331,3 @@ def remedy(kind: StoreKind, address: Address | None, *, model: str | None = None
     if kind is StoreKind.INFINISTORE:
         return f"POST http://{host}:18080/purge on the InfiniStore server"
     return f"clear {where} with its own tools"
-
-
-def users_of(resolutions: Iterable[tuple[str, Resolution]]) -> dict[tuple[str, str, str], list[str]]:
-    """Group ``(pod key, resolution)`` pairs by the store they lead to:
-    ``(kind, namespace, name)`` -> pod keys, in order."""
-    groups: dict[tuple[str, str, str], list[str]] = {}
-    for pod_key, res in resolutions:
-        groups.setdefault((res.kind, res.namespace, res.name), []).append(pod_key)
-    return groups

@@ -1,12 +1,14 @@
 """Benchmark of kubectl-kvreset against kubectl, the manual procedure and its own floor (``make bench``).
 
-Prints first the goals table (issue 14: each measure, its goal and met/missed), then the
-details. Measures, on the simulated cluster (tests/sim) loaded with ``bench-deployment.yaml``
-(the simulator sets ``TCP_NODELAY`` on its connections, as a real API server does, so a
-keep-alive answer never waits for a delayed ACK):
+Prints first the goals table (the goals of docs/performance.md: each measure, its goal and
+met/missed), then the details. Measures, on the simulated cluster (tests/sim) loaded with
+``bench-deployment.yaml`` (the simulator sets ``TCP_NODELAY`` on its connections, as a real API
+server does, so a keep-alive answer never waits for a delayed ACK):
 
 - the floor of one ``clear --all``: ``floor_client.py`` (standard library only: interpreter
   start, one TLS connection, one pod list, one reset), median of repeated runs;
+- ``clear --all --verify`` beside ``clear --all`` at 64 pods (each on a fresh cluster; goal
+  at most 2x);
 - the first run after install: ``--version`` with an empty extraction directory (``SHIV_ROOT``);
 - the zipapp's size, and what importing the ``kubernetes`` client costs (the parts the plugin
   imports against the whole package);
@@ -17,8 +19,9 @@ keep-alive answer never waits for a delayed ACK):
   interpreter the shebang resolves to, against ``kubectl version --client``: medians of
   repeated runs (one warm-up run first, which also extracts the zipapp);
 - ``clear --all`` on N pods (scenario replicas; every fake vLLM sleeping a fixed time per reset)
-  against ``../shared/bench/seed-procedure.sh`` (kubectl get, then one kubectl exec curl per
-  pod), each run on a fresh cluster so every run starts with warm caches: wall time and ratio;
+  against the manual procedure ``seed-procedure.sh`` (kept beside the repository,
+  ``tests/beside.py``: kubectl get, then one kubectl exec curl per pod), each run on a fresh
+  cluster so every run starts with warm caches: wall time and ratio;
 - API requests per pod (``/sim/v1/state`` ``api_requests``, counted during the run) and the
   plugin's peak memory (the child's RSS high-water mark from ``wait4``'s rusage, KiB on Linux).
 
@@ -47,11 +50,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tests.simctl import ROOT, SHARED, SimCluster, zipapp_path
+from tests import beside
+from tests.simctl import ROOT, SimCluster, zipapp_path
 
 BENCH_MANIFEST = Path(__file__).resolve().parent / "bench-deployment.yaml"
 #: the manual procedure (beside the repository; ``KVRESET_SEED_PROCEDURE`` names another copy)
-SEED_PROCEDURE = Path(os.environ.get("KVRESET_SEED_PROCEDURE") or SHARED / "bench" / "seed-procedure.sh")
+SEED_PROCEDURE = Path(os.environ.get("KVRESET_SEED_PROCEDURE") or beside.SEED_PROCEDURE)
 NAMESPACE = "bench"
 DEPLOYMENT = "bench-vllm"
 SELECTOR = "app.kubernetes.io/name=bench-vllm"
@@ -61,7 +65,7 @@ REPRODUCE = "make bench   (or: .venv/bin/python -m tests.bench)"
 FLOOR_CLIENT = Path(__file__).resolve().parent / "floor_client.py"
 POOL = 64  # --max-concurrency's default: the pool's size
 
-# issue 14's goals
+# the goals (docs/performance.md)
 TARGET_SPEEDUP_64 = 40.0      # clear --all at 64 pods at least 40x faster than the procedure
 TARGET_IDEAL_RATIO_64 = 2.0   # ... and within 2x of the floor measured in the same run
 TARGET_CPU_PER_POD_MS = 1.0   # plugin CPU per pod (its own process, 256 and 1024 pods)
@@ -69,6 +73,7 @@ TARGET_EXTRA_REQUESTS = 0.1   # API requests per pod beyond one per reset route
 TARGET_HELP_RATIO = 2.0       # --help by the interpreter within 2x kubectl's client start-up
 TARGET_PEAK_MIB = 64.0        # peak memory at 1024 pods
 TARGET_COLD_S = 1.5           # first run after install (empty extraction directory)
+TARGET_VERIFY_RATIO_64 = 2.0  # clear --verify within 2x of clear at 64 pods
 
 
 def log(msg: str) -> None:
@@ -146,6 +151,7 @@ class Results:
     cold: float = 0.0
     zipapp_bytes: int = 0
     imports: dict[str, float] = field(default_factory=dict)
+    verify_64: list[PluginRun] = field(default_factory=list)
 
 
 def start_cluster(size: int, delay_ms: int, *, sandbox: bool = True) -> SimCluster:
@@ -174,16 +180,17 @@ def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: v for k, v in sorted(d.items()) if v}
 
 
-def run_plugin(cluster: SimCluster) -> PluginRun:
-    """Run ``clear --all -n bench -o json`` through the zipapp's shebang, as a user would;
-    peak RSS from ``os.wait4`` (the plugin's own process, not the simulator's)."""
+def run_plugin(cluster: SimCluster, *extra: str) -> PluginRun:
+    """Run ``clear --all -n bench -o json`` (and ``extra`` flags: ``--verify``) through the
+    zipapp's shebang, as a user would; peak RSS from ``os.wait4`` (the plugin's own process,
+    not the simulator's). A row counts as failed unless ``emptied`` (and ``cold`` when verified)."""
     before_state = cluster.state()
     before_req = before_state["api_requests"]
     before = _reset_counts(cluster)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen([str(zipapp_path()), "clear", "--all", "-n", NAMESPACE,
-                                 "-o", "json"], env=cluster.env(), stdout=out, stderr=err,
+                                 "-o", "json", *extra], env=cluster.env(), stdout=out, stderr=err,
                                 stdin=subprocess.DEVNULL)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
@@ -203,7 +210,7 @@ def run_plugin(cluster: SimCluster) -> PluginRun:
     # _reset_counts queried the state too (one connection each)
     shakes -= 1
     failed = [f"{r.get('pod')}:{r.get('port')} {r.get('result')}: {r.get('message')}"
-              for r in rows if r.get("result") != "emptied"]
+              for r in rows if r.get("result") != "emptied" or r.get("verify", "cold") != "cold"]
     return PluginRun(wall, proc.returncode, int(usage.ru_maxrss), req, reset, len(rows), failed,
                      cpu_s=usage.ru_utime + usage.ru_stime, handshakes=shakes)
 
@@ -365,9 +372,13 @@ def _goal(ok: bool | None) -> str:
 
 
 def goals(r: Results) -> str:
-    """The goals table of issue 14: one row per goal with its figure, the goal and met/missed."""
+    """The goals table of docs/performance.md: one row per goal with its figure, the goal and met/missed."""
     rows: list[tuple[str, str, str, str]] = []
     wall64 = statistics.median(x.wall for x in r.plugin[64]) if r.plugin.get(64) else None
+    if wall64 is not None and r.verify_64:
+        v64 = statistics.median(x.wall for x in r.verify_64)
+        rows.append(("clear --verify beside clear at 64 pods", f"{_s(v64)} vs {_s(wall64)} = {v64 / wall64:.1f}x",
+                     f"<= {TARGET_VERIFY_RATIO_64:g}x", _goal(v64 / wall64 <= TARGET_VERIFY_RATIO_64)))
     if wall64 is not None and r.floor:
         ratio = wall64 / r.floor
         rows.append(("`clear --all`, 64 pods, vs the floor measured in the same run",
@@ -522,13 +533,22 @@ def _run(args: argparse.Namespace, sizes: list[int], t_start: float, app: Path) 
                     r.floor = measure_floor(cluster, interp, min(args.runs, 7))
             finally:
                 cluster.stop()
+            if size == 64:  # the same, proved: a salted canary per pod and engine
+                log(f"clear --all --verify on {size} pods, run {i + 1}/{count}")
+                cluster = start_cluster(size, args.reset_delay_ms, sandbox=False)
+                try:
+                    vrun = run_plugin(cluster, "--verify")
+                    check_plugin_run(vrun, size)
+                    r.verify_64.append(vrun)
+                finally:
+                    cluster.stop()
 
     if args.no_seed:
         r.seed = {s: "not run (--no-seed)" for s in sizes}
     elif not kubectl:
         r.seed = {s: "not run: kubectl absent" for s in sizes}
     elif not SEED_PROCEDURE.is_file():
-        r.seed = {s: "not run: ../shared/bench/seed-procedure.sh absent" for s in sizes}
+        r.seed = {s: f"not run: {SEED_PROCEDURE} absent" for s in sizes}
     else:
         per_pod: float | None = None
         cache = Path(tempfile.mkdtemp(prefix="kvreset-bench-kubectl-"))

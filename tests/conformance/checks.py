@@ -7,8 +7,8 @@ plugin disagree about the same objects. The positive tests run them against a fa
 simulator; the negative tests run the same functions against a simulator started with the
 scenario fault ``drop_fields`` and expect them to fail.
 
-The commands are those of the documented manual procedure (DESIGN.md §4 "Referee") and of
-``../shared/bench/seed-procedure.sh``: ``get -o custom-columns``, ``get -o jsonpath`` with
+The commands are those of the documented manual procedure (README "Performance") and of
+``seed-procedure.sh`` (kept beside the repository, ``tests/beside.py``): ``get -o custom-columns``, ``get -o jsonpath`` with
 label and field selectors, ``patch --type=json``, ``rollout restart``, ``rollout status``,
 ``exec -- printenv`` and ``exec -- curl -X POST localhost:PORT/reset_prefix_cache?...``. How
 kubectl reads a Deployment's rollout (``status.observedGeneration``, ``updatedReplicas``,
@@ -28,10 +28,11 @@ from typing import Any
 
 import yaml
 
-from tests.simctl import SHARED, SimCluster
+from tests.beside import SEED_PROCEDURE
+from tests.simctl import SimCluster
 
-SEED_PROCEDURE = SHARED / "bench" / "seed-procedure.sh"
-# kubectl's reset call of the manual procedure (vLLM's dev route, research/vllm.md §1.1)
+# kubectl's reset call of the manual procedure (vLLM's dev route,
+# vllm/entrypoints/serve/dev/cache/api_router.py)
 RESET_QUERY = "reset_running_requests=true&reset_external=true"
 # Deployment pod names: <deployment>-<10-char template hash>-<5 chars> (kube-controller-manager's
 # ReplicaSet naming; the alphabet is k8s.io/apimachinery/pkg/util/rand's)
@@ -201,7 +202,7 @@ def check_exec_printenv(g: Ground, pod: str, container: str) -> dict[str, str]:
 
 def check_exec_curl_reset(g: Ground, pod: str, port: int, vllm_port: int) -> None:
     """``exec POD -- curl -X POST localhost:PORT/reset_prefix_cache?...`` answers 200 (an empty
-    body before vLLM 0.26, research/vllm.md §1.2) and the simulator records one reset over exec
+    body before vLLM 0.26) and the simulator records one reset over exec
     on ``vllm_port`` with kubectl's query: ``PORT`` is one the plugin reports for the pod
     (``ports``, or ``front_ports`` for the llm-d routing sidecar, which passes the route on)."""
     row = next(r for r in g.detect() if r["pod"] == pod)

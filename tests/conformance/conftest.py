@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.simctl import FIXTURES, SimCluster, sandbox_available, zipapp_path
+from tests.beside import llm_d_fixture
+from tests.simctl import SimCluster, sandbox_available, zipapp_path
 
 from .checks import Ground, Kubectl, kubectl_path
 
@@ -18,14 +19,9 @@ NS = "llm"
 
 
 def fixture_file(prefix: str) -> Path:
-    """The llm-d fixture whose name starts with ``prefix``; skips when ../shared is absent."""
-    if not FIXTURES.is_dir():
-        pytest.skip("../shared/fixtures/llm-d is absent (real llm-d manifests live beside the "
-                    "repository)")
-    found = sorted(FIXTURES.glob(f"{prefix}*.yaml"))
-    if not found:
-        pytest.skip(f"no fixture {prefix}* in {FIXTURES}")
-    return found[0]
+    """The llm-d fixture whose name starts with ``prefix``; skips when the fixtures (kept beside
+    the repository, ``tests/beside.py``) are absent."""
+    return llm_d_fixture(prefix)
 
 
 def require_tools() -> str:

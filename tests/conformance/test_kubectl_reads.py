@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.beside import require_beside
+
 from . import checks
 from .checks import Ground
 from .conftest import fixture_file
@@ -55,8 +57,7 @@ def test_exec_curl_reset_decode(pd: Ground, port: int) -> None:
 
 @pytest.mark.parametrize("role,port,vllm_port", [("prefill", 8000, 8000), ("decode", 8000, 8200)])
 def test_seed_procedure(pd: Ground, role: str, port: int, vllm_port: int) -> None:
-    if not checks.SEED_PROCEDURE.is_file():
-        pytest.skip("../shared/bench/seed-procedure.sh is absent (it lives beside the repository)")
+    require_beside(checks.SEED_PROCEDURE)
     pods = checks.check_seed_procedure(pd, f"{GUIDE},llm-d.ai/role={role}", port, vllm_port)
     assert len(pods) == (8 if role == "prefill" else 2)
 

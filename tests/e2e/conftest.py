@@ -9,18 +9,14 @@ from typing import Any
 
 import pytest
 
-from tests.simctl import FIXTURES, SimCluster, sandbox_available, zipapp_path
+from tests.beside import llm_d_fixture
+from tests.simctl import SimCluster, sandbox_available, zipapp_path
 
 
 def fixture_file(prefix: str) -> Path:
     """The llm-d fixture whose name starts with ``prefix`` (e.g. ``"02"``); skips when the
-    shared fixtures are absent (they are not part of the repository)."""
-    if not FIXTURES.is_dir():
-        pytest.skip("../shared/fixtures/llm-d is absent (real llm-d manifests live beside the repository)")
-    found = sorted(FIXTURES.glob(f"{prefix}*.yaml"))
-    if not found:
-        pytest.skip(f"no fixture {prefix}* in {FIXTURES}")
-    return found[0]
+    fixtures are absent (they are kept beside the repository, ``tests/beside.py``)."""
+    return llm_d_fixture(prefix)
 
 
 def require_sandbox() -> None:

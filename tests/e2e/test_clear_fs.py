@@ -128,8 +128,8 @@ def test_hostile_roots_delete_nothing_outside_the_tier(sim: Callable[..., SimClu
         assert row["other_pods"] == [before["keep"]["name"]]  # keep mounts the whole claim
     assert "outside the targets" in err
     after = by_owner(cluster)
-    for name in odd:
-        assert after[f"odd-{name}"]["fs_tier_files"] == [], name
+    for name in odd:  # only vLLM's run records (config.json) are kept by the per-model deletion
+        assert [f for f in after[f"odd-{name}"]["fs_tier_files"] if not f.endswith("/config.json")] == [], name
     assert after["keep"]["fs_tier_files"] == before["keep"]["fs_tier_files"]
     for owner, pod in before.items():
         assert after[owner]["shm_files"] == pod["shm_files"], owner
@@ -151,10 +151,12 @@ def test_model_only_keeps_another_models_directories(sim: Callable[..., SimClust
     code, rows, err = clear_fs(cluster, "-n", NS, "deployment/qwen", "--model-only")
     assert code == 0, (err, rows)
     (row,) = rows
-    assert row["result"] == "emptied" and row["model_only"] and row["models"] == ["Qwen_Qwen3-0.6B"]
-    assert row["files_before"] == len(qwen) and row["files_after"] == 0
+    assert row["result"] == "emptied" and row["model_only"] and row["models"] == ["Qwen/Qwen3-0.6B"]
+    assert row["files_after"] == 0
     assert row["other_files"] == len(llama) and row["other_pods"] == [before["llama"]["name"]]
-    assert sorted(by_owner(cluster)["qwen"]["fs_tier_files"]) == sorted(llama)
+    records = [f for f in qwen if f.endswith("/config.json")]
+    assert len(records) == 1 and row["files_before"] == len(qwen) - 1
+    assert sorted(by_owner(cluster)["qwen"]["fs_tier_files"]) == sorted(llama + records)
 
 
 def test_table_output_and_missing_targets(sim: Callable[..., SimCluster]) -> None:
@@ -173,9 +175,10 @@ SHARED_ROOT = "/mnt/files-storage/kv"
 
 
 def model_files(pod: dict[str, Any], model: str) -> list[str]:
-    """The FS-tier files of ``model``'s directories (``<model>_<hash12>[_r<N>]``) a pod sees."""
+    """The FS-tier files of ``model``'s directories (``<model>_<hash12>[_r<N>]``) a pod sees, but
+    vLLM's run record (``config.json``), which a per-model deletion keeps."""
     prefix = SHARED_ROOT + "/" + model.replace("/", "_") + "_"
-    return [f for f in pod["fs_tier_files"] if f.startswith(prefix)]
+    return [f for f in pod["fs_tier_files"] if f.startswith(prefix) and not f.endswith("/config.json")]
 
 
 def two_models_on_one_pvc(sim: Callable[..., SimCluster], tmp_path: Path) -> SimCluster:
@@ -198,10 +201,11 @@ def test_two_models_on_one_pvc_only_the_targets_model_is_deleted(sim: Callable[.
     (row,) = rows
     b_pod = before["model-b"]["name"]
     text = row["message"]
-    assert "only the directories of Qwen_Qwen3-0.6B_*" in text and "were deleted" in text, text
+    assert "only the directories of Qwen/Qwen3-0.6B (Qwen_Qwen3-0.6B_* by config.json)" in text, text
+    assert "were deleted" in text, text
     assert b_pod in text and "kept" in text, text
     if verb == "clear-fs":
-        assert row["result"] == "emptied" and row["model_only"] and row["other_files"] == len(b_files)
+        assert row["result"] == "emptied" and row["model_only"] and row["other_files"] == len(b_files) + 1  # + its record
     else:
         assert row["result"] == "emptied" and row["fs"] == "emptied" and row["left"] == []
     assert "were deleted too" not in err and b_pod in err

@@ -86,6 +86,8 @@ def test_dry_run_prints_plans_and_changes_nothing(sim) -> None:
     before = cluster.live_pods()
     done = cluster.run("clear", "-n", NS, "--all", "--dry-run", "--fallback=devmode")
     assert done.returncode == 0, done.stderr
+    assert "devmode" in done.stdout and "fs" in done.stdout and "POST /reset" not in done.stdout  # short codes
+    done = cluster.run("clear", "-n", NS, "--all", "--dry-run", "--fallback=devmode", "-o", "wide")
     assert "devmode --enable deployment/gpu-vllm-decode" in done.stdout and "clear-fs" in done.stdout
     after = cluster.live_pods()
     assert [p["name"] for p in after] == [p["name"] for p in before]

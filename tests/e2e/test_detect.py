@@ -92,7 +92,9 @@ def test_table_output_and_other_role_note(sim) -> None:
     done = cluster.run("detect", "-n", NS, "deployment/pd-disaggregation-nvidia-gpu-vllm-decode")
     assert done.returncode == 0, done.stderr
     header = done.stdout.splitlines()[0].split()
-    assert header[:3] == ["POD", "OWNER", "ROLE"]
+    assert header[:3] == ["POD", "ROLE", "CONTAINER"]  # the owner is the pod name's prefix: -o wide shows it
+    wide = cluster.run("detect", "-n", NS, "deployment/pd-disaggregation-nvidia-gpu-vllm-decode", "-o", "wide")
+    assert wide.stdout.splitlines()[0].split()[:3] == ["POD", "OWNER", "ROLE"], wide.stdout
     assert "is not targeted" not in done.stderr  # a read-only listing needs no pair note
     dry = cluster.run("clear", "-n", NS, "deployment/pd-disaggregation-nvidia-gpu-vllm-decode", "--dry-run")
     assert "its other role, deployment/pd-disaggregation-nvidia-gpu-vllm-prefill, is not targeted" in dry.stderr

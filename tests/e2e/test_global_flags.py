@@ -82,8 +82,11 @@ def test_through_kubectl_as_a_plugin(sim) -> None:
     assert all(st["prefix_cache_blocks"] == 0 for st in vllm_states(cluster))
 
 
-def test_top_level_help_lists_the_global_flags() -> None:
-    done = subprocess.run([str(zipapp_path()), "--help"], capture_output=True, text=True, timeout=60)
+def test_options_lists_the_global_flags() -> None:
+    # as kubectl: the top-level help names the command that lists them (kubectl options)
+    top = subprocess.run([str(zipapp_path()), "--help"], capture_output=True, text=True, timeout=60)
+    assert top.returncode == 0 and "kubectl kvreset options" in " ".join(top.stdout.split())
+    done = subprocess.run([str(zipapp_path()), "options"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
     for flag in ("--kubeconfig", "--context", "--cluster", "--user", "-n, --namespace", "-A, --all-namespaces",
                  "-s, --server", "--token", "--certificate-authority", "--insecure-skip-tls-verify",

@@ -46,3 +46,29 @@ def test_clear_from_python_without_click(sim) -> None:
         assert port["tiers"]["gpu"] == ["emptied"]
     after = [st for pod in cluster.live_pods() for st in (pod.get("ports") or {}).values() if st.get("role") == "vllm"]
     assert after and all(st["prefix_cache_blocks"] == 0 for st in after)
+
+
+VERIFY_SCRIPT = """
+import json, sys
+from kubectl_kvreset.job import Cancel, ClearOptions, Targets, connect, plan, run, select_targets
+
+kube = connect(namespace=sys.argv[1])
+the_plan = plan(select_targets(kube, Targets(all=True)), ClearOptions(verify=True))
+outcome = run(the_plan, Cancel())
+print(json.dumps({"rows": [{"verify": r["verify"], "proof": r["proof"]} for r in outcome.rows],
+                  "exit_code": int(outcome.exit_code)}))
+"""
+
+
+def test_verify_from_python(sim) -> None:
+    """``ClearOptions(verify=True)``: the same canary proof as ``clear --verify``."""
+    cluster = sim([DEMO_MANIFEST], namespace=NS)
+    done = subprocess.run([sys.executable, "-c", VERIFY_SCRIPT, NS], env=cluster.env(), cwd=ROOT,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    got = json.loads(done.stdout)
+    assert got["exit_code"] == 0 and got["rows"], got
+    for row in got["rows"]:
+        assert row["verify"] == "cold", row
+        assert row["proof"][0]["control"]["cached_tokens"] > 0
+        assert [p["cached_tokens"] for p in row["proof"][0]["probes"]] == [0]

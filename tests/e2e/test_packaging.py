@@ -414,7 +414,7 @@ def test_completion_in_process_with_a_fake_cluster(capsys: pytest.CaptureFixture
     assert values("clear", "lws/") == ["lws/wide"] and values("clear", "deploy/p") == ["deploy/pre"]
     assert values("clear", "pod/") == [] and values("clear", "nosuchkind/") == []
     assert values("metrics", "--namespace=") == ["a", "b"]
-    assert values("clear", "-o", "") == ["table", "wide", "json", "yaml"]
+    assert values("clear", "-o", "") == ["table", "wide", "json", "yaml", "name", "jsonpath=", "custom-columns="]
     assert values("nosuchcommand", "") == []
     assert completion.format_cobra([completion.Candidate("x", "two\twords\nhere")], 4) == "x\ttwo words here\n:4\n"
     assert completion.main(["__completeNoDesc", "cle"]) == 0

@@ -95,9 +95,10 @@ def test_missing_exec_plugin_is_one_message_and_exit_2(sim, tmp_path: Path) -> N
     assert len(lines) == 1, done.stderr
     msg = lines[0]
     assert "ERROR:root" not in done.stderr and "Traceback" not in done.stderr
-    for part in ('user "admin"', 'context "sim"', "kvreset-test-no-such-login token --cluster sim",
-                 "No such file or directory", "install it from the cluster's portal"):
+    for part in ('user "admin"', 'context "sim"', "executable kvreset-test-no-such-login not found",
+                 "install it from the cluster's portal"):
         assert part in msg, msg
+    assert "--cluster sim" not in msg  # the plugin's arguments are never printed
     # nothing was sent: the failure was found before the first request
     assert sum(cluster.state()["api_requests"].values()) == before
 
@@ -120,7 +121,7 @@ print(json.dumps({"apiVersion": "client.authentication.k8s.io/v1", "kind": "Exec
 
 def test_refresh_failing_mid_run_gives_rows_and_exit_1(sim, tmp_path: Path) -> None:
     # the plugin's first token stops working after 12 requests (discovery fits in them); the
-    # plugin then fails: every row not done names the user, the context and the command
+    # plugin then fails: every row not done names the user, the context and the executable
     cluster = start_bench(sim)
     token = cluster.api("/sim/v1/tokens", method="POST", body={"user": "admin", "ttl": 12})["token"]
     (tmp_path / "token").write_text(token)
@@ -139,6 +140,9 @@ def test_refresh_failing_mid_run_gives_rows_and_exit_1(sim, tmp_path: Path) -> N
     failed = [r for r in rows if r["result"] != "emptied"]
     assert failed, rows
     for row in failed:
-        assert 'user "admin"' in row["message"] and "plugin.py" in row["message"], row
-        assert "login session ended" in row["message"] and "sim-login page" in row["message"], row
+        assert 'user "admin"' in row["message"] and "failed with exit code 1" in row["message"], row
+        assert "sim-login page" in row["message"], row
+        # kubectl's message only: neither the plugin's arguments nor what it wrote on stderr
+        assert "plugin.py" not in row["message"] and "login session ended" not in row["message"], row
+    assert "login session ended" not in done.stderr and "plugin.py" not in done.stderr, done.stderr
     assert int((tmp_path / "count").read_text()) >= 2

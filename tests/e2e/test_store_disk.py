@@ -11,6 +11,9 @@ files planted in the pods' volumes as LMCache 0.5.6 names them
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.simctl import SimCluster
+from tests.simctl import ROOT, SimCluster
 
 from .conftest import require_sandbox
 
@@ -189,6 +192,27 @@ def test_config_file_disk_on_an_emptydir_and_clear_chains_it(cluster: SimCluster
     assert code == 0 and (rows[0]["before"], rows[0]["after"]) == (0, 0), (rows, err)
 
 
+def test_a_disk_named_only_in_the_config_file_is_in_detect_and_the_pod_row(cluster: SimCluster) -> None:
+    """The spec names no local_disk: only the ConfigMap's LMCACHE_CONFIG_FILE does. detect and the
+    CacheReset row's FS cell show it, as the store step clears it."""
+    code, rows, err = cluster.run_json("detect")
+    assert code == 0, (rows, err)
+    [found] = [r for r in rows if r["pod"].startswith("l-cfg")]
+    assert found["fs_roots"] == ["/cache/lmc"], found
+    assert "fs" in found["tiers"], found
+    assert not any("were not read" in n for n in found["notes"]), found
+    table = cluster.run("detect", "-o", "wide")
+    assert "/cache/lmc" in next(line for line in table.stdout.splitlines() if line.startswith("l-cfg")), table.stdout
+    cache = _empty_dir(cluster, "l-cfg", "cache") / "lmc"
+    _plant(cache, "org/model-c", 2)
+    code, rows, err = cluster.run_json("clear", "l-cfg", "--yes")
+    assert code == 1, (rows, err)  # LMCache's in-process CPU tier is left (only a restart empties it)
+    [row] = [r for r in rows if r["kind"] == "CacheReset"]
+    assert row["fs"] == "emptied by clear-store" and [x["tier"] for x in row["left"]] == ["cpu"], row
+    assert "the running server reports" not in row["message"], row
+    assert _pt(cache) == 0
+
+
 def test_disk_on_no_volume_is_refused_with_what_would_empty_it(cluster: SimCluster) -> None:
     code, rows, err = cluster.run_json("clear-store", "l-layer", "--yes")
     assert code == 1, (rows, err)
@@ -201,3 +225,42 @@ def test_a_disabled_disk_tier_gives_no_row(cluster: SimCluster) -> None:
     code, rows, err = cluster.run_json("clear-store", "l-off", "--yes")
     assert code == 0 and rows == [], (rows, err)
     assert "no shared store" in err
+
+
+PYTHON_CLEAR = """
+import json, sys
+from kubectl_kvreset.job import Cancel, ClearOptions, Targets, clear, connect, prepare, select_targets
+
+kube = connect(namespace=sys.argv[1])
+scope = select_targets(kube, Targets(owners=(sys.argv[2],)))
+preview = prepare(scope, ClearOptions()).preview()
+done = clear(scope, ClearOptions(), Cancel())
+print(json.dumps({"preview": json.loads(preview.render("json")), "rows": json.loads(done.report.render("json")), "exit_code": int(done.exit_code),
+                  "click_loaded": "click" in sys.modules}, default=str))
+"""
+
+
+def test_the_python_api_runs_the_store_step_as_clear_does(cluster: SimCluster) -> None:
+    """``kubectl_kvreset.job.clear`` is the whole job: the LMCache disk that ``clear``'s store
+    step empties is emptied from Python too, with the same rows; ``prepare().preview()`` is the
+    dry run's rows."""
+    cache = _empty_dir(cluster, "l-cfg", "cache") / "lmc"
+    _plant(cache, "org/model-c", 3)
+    code, dry, err = cluster.run_json("clear", "l-cfg", "--dry-run")
+    assert code == 0, (dry, err)
+    done = subprocess.run([sys.executable, "-c", PYTHON_CLEAR, NS, "deployment/l-cfg"], env=cluster.env(), cwd=ROOT,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    got = json.loads(done.stdout)
+    assert got["click_loaded"] is False
+    assert got["preview"] == dry
+    stores = [r for r in got["rows"] if r["kind"] == "StoreClear"]
+    assert len(stores) == 1 and (stores[0]["before"], stores[0]["after"], stores[0]["result"]) == (3, 0, "emptied"), got
+    assert _pt(cache) == 0
+    # the command line, on the same (now empty) disk, gives the same rows
+    _plant(cache, "org/model-c", 3)
+    code, rows, err = cluster.run_json("clear", "l-cfg", "--yes")
+    # exit 1 both ways: LMCache's in-process CPU tier is left (no reset_cache in its connectors)
+    assert code == got["exit_code"] == 1, (rows, err)
+    keys = ("kind", "pod", "result", "store", "before", "after", "message")
+    assert [[r.get(k) for k in keys] for r in rows] == [[r.get(k) for k in keys] for r in got["rows"]]

@@ -237,6 +237,6 @@ def test_terminal_prompt_shows_the_counts_and_where_and_eof_changes_nothing(clus
     assert _store(cluster)["keys"] == KEYS and _store(cluster)["purge_calls"] == 0
     # end of input at the prompt: a plain "nothing changed", no internal error
     done = run_on_tty(cluster, args, "\x04")
-    assert done.returncode == 1 and "no answer: nothing changed" in done.stderr, done.stderr
+    assert done.returncode == 130 and "no answer (end of input): nothing changed" in done.stderr, done.stderr
     assert "internal error" not in done.stderr and "Traceback" not in done.stderr
     assert _store(cluster)["keys"] == KEYS

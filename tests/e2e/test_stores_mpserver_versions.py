@@ -1,6 +1,6 @@
 """``clear-store`` against the simulator's emulated LMCache MP servers of older and newer releases
 (tests/sim/fakemp.py: 0.3.x none, 0.4.x ``/api/clear-cache``, 0.5.0 ``/clear-cache``, 0.5.1+
-``/cache/clear``, research/lmcache.md §2), reached through the pod proxy as the real one is
+``/cache/clear``), reached through the pod proxy as the real one is
 (tests/peers/test_stores_mpserver.py runs the real 0.5.6 server)."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _manifest(ns: str, version: str, replicas: int = 1) -> str:
         """)
 
 
-# LMCache's deployment pattern (research/lmcache.md §2 "Kubernetes deployment"): a hostNetwork
+# LMCache's deployment pattern (``examples/multi_process/lmcache-daemonset.yaml``): a hostNetwork
 # DaemonSet, reached by the vLLM pods at their node's address (status.hostIP)
 DAEMONSET = textwrap.dedent("""\
     apiVersion: v1

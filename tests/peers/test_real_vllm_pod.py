@@ -149,3 +149,33 @@ def test_a_pod_without_dev_mode_gives_the_dev_mode_off_row(cluster: SimCluster) 
     assert len(rows) == 1 and rows[0]["result"] == "dev mode off", rows
     assert rows[0]["gpu"] != "emptied"
     assert "kvreset devmode --enable deployment/tiny-nodev" in (rows[0]["message"] or "")
+
+
+def test_verify_proves_the_real_server_cold_from_its_counters(cluster: SimCluster) -> None:
+    """``clear --verify`` on the real 0.32.0 server (no ``--enable-prompt-tokens-details``: the
+    counters measure): the control hits two 128-token blocks, the probe after the reset none."""
+    code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/tiny-dev", "--yes", "--verify")
+    assert code == 0, (rows, err)
+    (row,) = rows
+    assert row["result"] == "emptied" and row["verify"] == "cold", row
+    (proof,) = row["proof"]
+    assert proof["block_size"] == 128 and proof["canary_tokens"] == 257, proof
+    control = proof["control"]
+    assert control["method"] == "counters" and control["cached_tokens"] == 256, control
+    assert control["counters"]["prefix_cache_hits"] == 256 and control["sources"] == {"device": 256}, control
+    assert [(p["point"], p["cached_tokens"], p["counters"]["prefix_cache_hits"]) for p in proof["probes"]] == \
+        [("api-reset", 0, 0.0)], proof["probes"]
+    assert proof["final_reset"] == "success"
+
+
+def test_verify_finds_the_real_server_warm_when_the_reset_is_404(cluster: SimCluster) -> None:
+    """The same run on the real server without dev mode (the reset answers 404): the probe hits
+    the canary's two blocks, the row says warm from device, exit code 1."""
+    code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/tiny-nodev", "--yes", "--verify")
+    assert code == 1, (rows, err)
+    (row,) = rows
+    assert row["result"] == "dev mode off" and row["verify"] == "warm: 256 cached tokens from device", row
+    (proof,) = row["proof"]
+    assert [(p["point"], p["cached_tokens"], p["sources"]) for p in proof["probes"]] == \
+        [("api-reset", 256, {"device": 256})], proof
+    assert row["gpu"] != "emptied" and any(lt["tier"] == "gpu" for lt in row["left"]), row

@@ -1,8 +1,8 @@
 """A tiny model directory for vLLM's ``--load-format dummy`` (no weights are ever downloaded).
 
 ``config.json`` describes a small ``LlamaForCausalLM`` (hidden 128, 2 layers, 2 heads of
-head_dim 64, vocabulary 1024: the shape checked on vLLM 0.32.0's CPU build,
-research notes "real peers" §1); the tokenizer is a byte-level BPE trained here, from a fixed
+head_dim 64, vocabulary 1024: the shape checked on vLLM 0.32.0's CPU build
+by ``tests/referee/test_referee.py``); the tokenizer is a byte-level BPE trained here, from a fixed
 generated corpus, with the ``tokenizers`` package, and saved as ``tokenizer.json`` with a
 ``tokenizer_config.json`` naming ``PreTrainedTokenizerFast`` (what transformers'
 ``AutoTokenizer`` loads without any other file). The same inputs give the same files.

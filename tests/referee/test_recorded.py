@@ -1,7 +1,7 @@
 """The referee without a running vLLM: the fake vLLM at 0.32.0 against the answer sets the real
 0.32.0 CPU build gave (``tests/referee/data``, written by ``test_referee.py`` under
 ``KVRESET_REFEREE_RECORD``), and proof that the comparison catches a difference injected into
-the fake (issue 11 item 2)."""
+the fake."""
 
 from __future__ import annotations
 

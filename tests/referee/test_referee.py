@@ -1,6 +1,6 @@
 """The referee: a real vLLM 0.32.0 (the CPU build, random weights, a tiny model written here)
 and the simulator's fake vLLM at 0.32.0 are sent the same probes and must answer alike
-(issue 11 item 2; probes and comparison rules in ``tests/referee/probes.py``).
+(probes and comparison rules in ``tests/referee/probes.py``).
 
 Servers: one real vLLM with ``VLLM_SERVER_DEV_MODE=1``, one without it, one started with
 ``VLLM_SERVER_DEV_MODE=true`` (it must die before binding). Each is started once per test
@@ -14,19 +14,21 @@ What the CPU build cannot show, and what the fake follows instead:
 
 - the CPU offload tier (``--kv-offloading-size``, ``OffloadingConnector``,
   ``SimpleCPUOffloadConnector``: "CPU Offloading is currently only supported on CUDA-alike and
-  XPU GPUs", research/real-peers.md §1): what ``reset_external=true`` clears per connector and
-  release follows research/vllm.md §3.2 (``vllm/v1/kv_offload/cpu/manager.py``,
+  XPU GPUs"): what ``reset_external=true`` clears per connector and release follows
+  vLLM's ``reset_cache`` hooks (``vllm/v1/kv_offload/cpu/manager.py``,
   ``tiering/manager.py``, ``simple_cpu_offload_connector.py::reset_cache``);
 - multi-port data-parallel serving (dense models refuse external DP; a tiny MoE's first
-  completion is a 500 from the CPU communicator, research/real-peers.md §1): one fake per API
-  port, research/vllm.md §6.6; how one server's answer aggregates its engines follows the
-  0.32.0 source, ``vllm/v1/engine/core_client.py::AsyncMPClient.reset_prefix_cache_async``
+  completion is a 500 from the CPU communicator): one fake per API port, as
+  ``--data-parallel-multi-port-external-lb`` runs one API server per port; how one server's
+  answer aggregates its engines follows the 0.32.0 source,
+  ``vllm/v1/engine/core_client.py::AsyncMPClient.reset_prefix_cache_async``
   (``all()`` over ``call_utility_all_async``, every engine);
 - connectors with a ``reset_cache`` hook that touches a store (``MooncakeStoreConnector``:
-  ``remove_all(force=True)`` via ``mooncake/store/scheduler.py::reset_store``): research/vllm.md
-  §3.2 and the 0.32.0 source;
-- the 500 of a forced reset that still fails and the ``EngineDeadError`` 503/500: research/vllm.md
-  §1.1 (not reproducible on demand on an idle CPU server);
+  ``remove_all(force=True)`` via ``mooncake/store/scheduler.py::reset_store``): the 0.32.0
+  source;
+- the 500 of a forced reset that still fails and the ``EngineDeadError`` 503/500:
+  ``vllm/entrypoints/serve/dev/cache/api_router.py`` (not reproducible on demand on an idle CPU
+  server);
 - GPU-only values (block size 16, ``cache_config_info`` label values, ``device_config``): label
   names and JSON types are compared, values are not.
 """

@@ -396,6 +396,7 @@ class Cluster:
         self.t_cm = self._t(t.lookup("", "v1", "configmaps"))
         self.t_secret = self._t(t.lookup("", "v1", "secrets"))
         self.t_pvc = self._t(t.lookup("", "v1", "persistentvolumeclaims"))
+        self.t_pv = self._t(t.lookup("", "v1", "persistentvolumes"))
         self.t_deploy = self._t(t.lookup("apps", "v1", "deployments"))
         self.t_rs = self._t(t.lookup("apps", "v1", "replicasets"))
         self.t_lws = self._t(t.lookup(LWS_GROUP, "v1", "leaderworkersets"))
@@ -1253,7 +1254,13 @@ class Cluster:
         namespace/claim shared by all pods (the claim object is created, Bound, on first use);
         an emptyDir is per pod (the one mounted at ``/dev/shm`` is the pod's shm dir); a hostPath
         lives under the simulator's hostpath dir; a configMap or secret volume is a per-pod
-        directory of its keys. Other volume kinds are absent."""
+        directory of its keys. A claim bound (``spec.volumeName``) to a PersistentVolume with an
+        ``nfs`` or ``hostPath``/``local`` source, or a ``csi`` source of csi-driver-nfs
+        (``server``/``share``/``subDir``), smb.csi.k8s.io (``source``/``subDir``) or
+        efs.csi.aws.com (``fs-ID[:path]`` handle), and an inline ``nfs`` volume, use the directory
+        of that storage (``nfs/<server>/<path>`` with the server's cluster DNS suffix dropped,
+        ``smb/<host>/<share>``, ``efs/<id>/<path>``, the hostpath dir), so two claims on one
+        share see the same files. Other volume kinds are absent."""
         spec = pod.get("spec") or {}
         shm_volumes = {m.get("name") for c in (spec.get("containers") or []) +
                        (spec.get("initContainers") or [])
@@ -1266,7 +1273,10 @@ class Cluster:
             if "persistentVolumeClaim" in v:
                 claim = v["persistentVolumeClaim"].get("claimName", name)
                 self._ensure_pvc(rec.namespace, claim)
-                d = self.config.state_dir / "pvc" / rec.namespace / claim
+                d = self._pv_dir(rec.namespace, claim) or self.config.state_dir / "pvc" / rec.namespace / claim
+            elif "nfs" in v:
+                nfs = v["nfs"] or {}
+                d = self._nfs_dir(str(nfs.get("server", "")), str(nfs.get("path", "")))
             elif "emptyDir" in v:
                 d = shm_dir if name in shm_volumes else self._pod_dir(rec) / "volumes" / name
             elif "hostPath" in v:
@@ -1313,6 +1323,39 @@ class Cluster:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(data[key])
 
+    def _nfs_dir(self, server: str, path: str) -> Path:
+        """The directory of NFS export ``server:path``: a Service's ``name.ns``, ``name.ns.svc``,
+        ``name.ns.svc.cluster.local`` and a trailing dot name one server (cluster DNS)."""
+        host = server.strip().rstrip(".").lower()
+        for suffix in (".cluster.local", ".svc"):
+            host = host.removesuffix(suffix)
+        return self.config.state_dir / "nfs" / host / path.strip("/")
+
+    def _pv_dir(self, ns: str, claim: str) -> Path | None:
+        """The directory of the storage the claim's bound PersistentVolume names, or None."""
+        pvc = self.store.try_get(self.t_pvc, ns, claim) or {}
+        name = (pvc.get("spec") or {}).get("volumeName")
+        pv = self.store.try_get(self.t_pv, None, str(name)) if name else None
+        spec = (pv or {}).get("spec") or {}
+        if isinstance(spec.get("nfs"), dict):
+            return self._nfs_dir(str(spec["nfs"].get("server", "")), str(spec["nfs"].get("path", "")))
+        csi = spec.get("csi") if isinstance(spec.get("csi"), dict) else {}
+        attrs = {str(k).lower(): str(v) for k, v in (csi.get("volumeAttributes") or {}).items()}
+        driver, handle = str(csi.get("driver", "")), str(csi.get("volumeHandle", ""))
+        if driver == "nfs.csi.k8s.io" and attrs.get("server"):
+            return self._nfs_dir(attrs["server"], attrs.get("share", "/") + "/" + attrs.get("subdir", ""))
+        if driver == "smb.csi.k8s.io" and attrs.get("source"):
+            host, _, share = attrs["source"].replace("\\", "/").lstrip("/").partition("/")
+            return (self.config.state_dir / "smb" / host.lower()
+                    / share.strip("/") / attrs.get("subdir", "").strip("/"))
+        if driver == "efs.csi.aws.com" and handle.startswith("fs-"):
+            fsid, _, rest = handle.partition(":")
+            return self.config.state_dir / "efs" / fsid / rest.partition(":")[0].strip("/")
+        for kind in ("hostPath", "local"):
+            if isinstance(spec.get(kind), dict):
+                return self.config.state_dir / "hostpath" / str(spec[kind].get("path", "")).lstrip("/")
+        return None
+
     def _ensure_pvc(self, ns: str, claim: str) -> None:
         if self.store.try_get(self.t_pvc, ns, claim) is not None:
             return
@@ -1344,7 +1387,10 @@ class Cluster:
             shm_dir.mkdir(parents=True, exist_ok=True)
             work_dir.mkdir(parents=True, exist_ok=True)
             volume_dirs = self.provision_volumes(pod, rec, shm_dir)
-            if self.config.real_servers or rec.overrides.get("real_server"):
+            # a hosts file naming the cluster's Services: for pods that run real servers, and for
+            # a pod whose scenario says ``cluster_dns: true`` (its fake connectors then reach the
+            # Services, tests/sim/mpstore.py)
+            if self.config.real_servers or rec.overrides.get("real_server") or rec.overrides.get("cluster_dns"):
                 rec.overrides["real_servers"] = sorted(self.config.real_servers)
                 rec.overrides["sim_state_dir"] = str(self.config.state_dir)
                 rec.overrides["hosts_file"] = str(self.network.hosts.add(
@@ -1478,13 +1524,16 @@ class Cluster:
         crashed_names: set[str] = set()
         if rec.crashed:
             vc = None
+            crashing: list[str] = []
             if rec.runtime is not None:
                 try:
-                    vc = rec.runtime.state().get("vllm_container")
+                    st = rec.runtime.state()
+                    vc = st.get("vllm_container")
+                    crashing = list(st.get("crashed_containers") or [])
                 except Exception:
                     vc = None
-            crashed_names = {vc} if vc else {c.get("name") for c in spec.get("containers") or []
-                                             if is_vllm_container(c)}
+            crashed_names = set(crashing) if crashing else {vc} if vc else {
+                c.get("name") for c in spec.get("containers") or [] if is_vllm_container(c)}
             if not crashed_names and spec.get("containers"):
                 crashed_names = {spec["containers"][0].get("name")}
 

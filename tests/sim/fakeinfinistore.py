@@ -1,6 +1,6 @@
 """A fake InfiniStore server's control plane, as a simulated pod serves it.
 
-What it follows (research/lmcache.md §3; ``bytedance/InfiniStore`` ``infinistore/server.py``):
+What it follows (``bytedance/InfiniStore`` ``infinistore/server.py``):
 the server is started as ``infinistore [--service-port N] [--manage-port M] ...`` (the console
 script; ``python -m infinistore.server`` too); its FastAPI control plane listens on
 ``--manage-port`` (default 18080) of every address and answers

@@ -1,8 +1,8 @@
 """Emulation of an LMCache MP server's HTTP frontend (``lmcache server``,
 ``python -m lmcache.v1.multiprocess.http_server``) in a pod the simulator does not run for real.
 
-It answers as research/lmcache.md §2 "Clear endpoints over time" says each release does (checked
-there in the wheels' ``lmcache/v1/multiprocess/http_server.py`` and ``http_apis/*.py``):
+It answers as each release does (checked in the wheels' ``lmcache/v1/multiprocess/http_server.py``
+and ``http_apis/*.py``):
 
 =============  ==========================================  ====================  ===================
 lmcache        clear                                       health                status
@@ -21,7 +21,7 @@ false`` keeps locked objects. A path that exists answers 405 to another method; 
 (``storage_manager.l1_managers._default.total_object_count``/``memory_used_bytes``, and
 ``l2_adapters``) for every release: the research does not give the older shapes. L1 objects are
 64 KiB each (the real server held 6 objects in 393216 bytes after ``lmcache bench server``,
-research/real-peers.md §2).
+tests/peers/test_stores_mpserver.py).
 
 The release is the pod override ``lmcache_version``, else the image tag (``...:v0.4.3``), else
 0.5.6. ``mp_objects`` (default 6) objects are in L1 at start, ``mp_locked`` (default 0) of them

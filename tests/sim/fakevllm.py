@@ -1,19 +1,29 @@
 """A fake vLLM OpenAI-compatible server for one API port, behaving like the release it claims.
 
-Every behaviour here comes from research/vllm.md (read from vLLM release wheels):
+Every behaviour here was read from vLLM's release wheels (PyPI ``vllm==X``; the paths are
+the same in ``vllm-project/vllm``):
 
-- §1.1 ``POST /reset_prefix_cache``: dev-mode only; query parameters per release (0.8.x-0.11.0
-  ``device``; 0.12 ``reset_running_requests``; >= 0.13 also ``reset_external``; unknown
-  parameters ignored; a bad boolean -> 400 with vLLM's error body); body per release (empty 200
-  before 0.26, ``{"success":bool}`` from 0.26); ``success:false`` while blocks are held unless
-  ``reset_running_requests`` preempts; a forced reset that still fails -> 500 (JSON body from
-  0.18, Starlette's plain text before). The connector is reset even when the local reset fails.
-- §1.2 ``VLLM_SERVER_DEV_MODE`` parsed as ``bool(int(value))``; a bad value crashes startup.
-- §1.3 ``/reset_mm_cache`` (>= 0.11.1), ``/reset_encoder_cache`` (>= 0.16.0): dev-only, empty 200.
-- §1.4 ``/health`` (empty 200), ``/version`` (``{"version": ...}``), ``/load``.
-- §2 ``/metrics`` families per release, labels ``model_name`` and ``engine``; the usage gauge does
-  not move on reset.
-- §3.2 what ``reset_external=true`` clears per connector/spec/release.
+- ``POST /reset_prefix_cache``: dev-mode only; query parameters per release (0.8.x-0.11.0
+  ``device``, vllm PR #15003; 0.12 ``reset_running_requests``, PR #28827; >= 0.13 also
+  ``reset_external``, PR #27170; unknown parameters ignored; a bad boolean -> 400 with vLLM's
+  error body); body per release (empty 200 before 0.26, ``{"success":bool}`` from 0.26, PR
+  #46893); ``success:false`` while blocks are held unless ``reset_running_requests`` preempts; a
+  forced reset that still fails -> 500 (JSON body from 0.18,
+  ``vllm/entrypoints/serve/exception_handling/``; Starlette's plain text before). The connector
+  is reset even when the local reset fails. The route: ``vllm/entrypoints/openai/api_server.py``
+  up to 0.13, ``vllm/entrypoints/serve/cache/api_router.py`` 0.14-0.22,
+  ``vllm/entrypoints/serve/dev/cache/api_router.py`` from 0.23; the engine side
+  ``vllm/v1/core/sched/scheduler.py::reset_prefix_cache`` and ``reset_connector_cache``.
+- ``VLLM_SERVER_DEV_MODE`` parsed as ``bool(int(value))`` (``vllm/envs.py``); a bad value
+  crashes startup.
+- ``/reset_mm_cache`` (>= 0.11.1), ``/reset_encoder_cache`` (>= 0.16.0): dev-only, empty 200.
+- ``/health`` (empty 200), ``/version`` (``{"version": ...}``), ``/load``
+  (``vllm/entrypoints/serve/instrumentator/health.py``, ``basic.py``; ``api_server.py`` earlier).
+- ``/metrics`` families per release (``vllm/v1/metrics/loggers.py``), labels ``model_name`` and
+  ``engine``; the usage gauge does not move on reset (``vllm/v1/core/block_pool.py::get_usage``).
+- what ``reset_external=true`` clears per connector/spec/release: each connector's
+  ``reset_cache`` hook (``vllm/distributed/kv_transfer/kv_connector/v1/base.py`` and the
+  connectors'; the releases and files per tier are in docs/reset-rules.md).
 
 Checked against the real 0.32.0 CPU build by the referee suite (``tests/referee``), which also
 fixed: the 400 message text (``loc`` dotted), ``/openapi.json``, ``/server_info`` (text, json, a
@@ -28,11 +38,11 @@ installed 0.32.0 sources:
   only ``call_utility_async``, "only the result from the first engine", which other utilities
   use). ``vllm/v1/engine/async_llm.py::AsyncLLM.reset_prefix_cache`` calls it;
   ``vllm/entrypoints/serve/dev/cache/api_router.py::reset_prefix_cache`` wraps it as
-  ``{"success": bool(success)}``. So from 0.32.0 (research/vllm.md §1.1 step 5 saw the same
-  in 0.33.0; 0.29-0.31 stay unread) one busy engine makes the answer ``false``. Up to 0.28
-  (research/vllm.md §3 item 5) the reset went through ``call_utility_async``, which under
-  internal DP load balancing fans out to every engine and answers engine 0's result alone;
-  this fake answers so below 0.32.0. ``engines`` > 1 models several engines behind one API
+  ``{"success": bool(success)}``. So from 0.32.0 (the 0.33.0 wheel's ``core_client.py`` does
+  the same; 0.29-0.31 stay unread) one busy engine makes the answer ``false``. Up to 0.28
+  (the 0.28.0 wheel's ``core_client.py``) the reset went through ``call_utility_async``,
+  which under internal DP load balancing fans out to every engine and answers engine 0's
+  result alone; this fake answers so below 0.32.0. ``engines`` > 1 models several engines behind one API
   port (``--data-parallel-size`` without external load balancing), each with its own blocks
   and busy state (override ``busy_engines``), each reset unless it is busy.
 - **MooncakeStoreConnector.** Its ``reset_cache`` runs ``remove_all`` in 0.32.0:
@@ -43,18 +53,24 @@ installed 0.32.0 sources:
   ``worker.py::LookupKeyServer`` drains the send queue and calls
   ``store.remove_all(force=True)``; True on the worker's ACK, False on NACK or RPC error (then
   the reset answers ``success:false``, ``v1/core/sched/scheduler.py::reset_connector_cache``).
-  The hook exists from 0.23.0 (vllm PR #42694; research/vllm.md §3.2). Here it is
+  The hook exists from 0.23.0 (vllm PR #42694; docs/reset-rules.md). Here it is
   ``store_hook`` (tests/sim/mooncakestore.py): where the pod's ``MOONCAKE_CONFIG_PATH`` names a
   real master of the cluster, ``reset_external=true`` empties it through the master's admin
   ``POST /api/v1/remove_all?force=true`` (the stand-in for the store client's ``remove_all``),
   so a test reads what was really removed; without a master nothing is called and the hook
   counts as success.
+- **LMCacheMPConnector.** vLLM 0.32.0 loads LMCache's own class for that name unless
+  ``LMCACHE_USE_UPSTREAM_MP`` is set (``.../kv_connector/v1/lmcache_mp_connector.py::
+  _resolve_lmcache_mp_connector``), and LMCache 0.5.6's ``reset_cache`` clears the MP server's
+  L1 (seen on the real CPU build). Here it is ``mp_hook`` (tests/sim/mpstore.py): where the
+  connector's ``lmcache.mp.host`` names a server this cluster can reach, ``reset_external=true``
+  clears its L1 through the server's HTTP ``POST /cache/clear``; the hook is modelled from 0.13
+  (``reset_external``), lmcache 0.5.6 in the image assumed.
 - **No connector** counts as success (``reset_connector_cache`` returns True).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
@@ -69,7 +85,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.samples import Sample
 
 from . import vllm032
+from .kvtiers import EngineCache, FsBlocks, salt_error
 from .mooncakestore import MooncakeStoreHook
+from .mpstore import LMCacheMPHook
 from .serveargs import ConnectorInfo
 
 __all__ = [
@@ -96,7 +114,7 @@ _FALSE = {"false", "0", "no", "off", "f", "n"}
 
 def parse_version(text: str | None) -> Version:
     """``packaging`` Version of a vLLM version string; an unparseable one (``dev``, a fork name)
-    counts as the oldest behaviour, 0.0.0 (DESIGN.md §1)."""
+    counts as the oldest behaviour, 0.0.0 (as the plugin treats an unknown build, docs/clear.md)."""
     try:
         return Version(text or "0")
     except InvalidVersion:
@@ -108,7 +126,8 @@ def dev_mode_state(value: str | None) -> str:
 
     vLLM: ``bool(int(os.getenv("VLLM_SERVER_DEV_MODE", "0")))`` in ``vllm/envs.py`` (0.7.3 ->
     0.33.0): ``"1"``, ``"2"``, ``" 1"`` on; ``"0"``/unset off; ``"true"``, ``""`` raise
-    ValueError at startup (research/vllm.md §1.2), reported here as ``"invalid"``.
+    ValueError at startup, before the server listens (``vllm/entrypoints/openai/cli_args.py``
+    reads it at import), reported here as ``"invalid"``.
     """
     if value is None:
         return "off"
@@ -121,7 +140,8 @@ def dev_mode_state(value: str | None) -> str:
 def reset_clears_cpu_tier(connector: ConnectorInfo, version: Version) -> bool:
     """Whether ``reset_external=true`` empties this connector's CPU tier on ``version``.
 
-    research/vllm.md §3.2: OffloadingConnector + CPUOffloadingSpec from 0.22.0 (no-op 0.14-0.21);
+    Each connector's ``reset_cache`` hook (docs/reset-rules.md gives the release and file of each
+    rule): OffloadingConnector + CPUOffloadingSpec from 0.22.0 (no-op 0.14-0.21);
     TieringOffloadingSpec from 0.24.0 (CPU tier only, never the FS tier);
     SimpleCPUOffloadConnector from 0.20.0; LMCache, Nixl, Mooncake P2P never. The hook itself
     exists from 0.13.0 (PR #27170).
@@ -224,14 +244,11 @@ def _prompt_tokens(body: bytes, chat: bool) -> list[str]:
     return toks or ["<canned>"] * 8
 
 
-def _block_hashes(tokens: list[str]) -> list[str]:
-    """Chained hashes of the prompt's full blocks (a block's hash covers every token before it,
-    as vLLM's prefix-cache block hashes do)."""
-    out, prev = [], ""
-    for i in range(0, len(tokens) - len(tokens) % BLOCK_SIZE, BLOCK_SIZE):
-        prev = hashlib.sha256((prev + "\x00" + "\x1f".join(tokens[i:i + BLOCK_SIZE])).encode()).hexdigest()
-        out.append(prev)
-    return out
+#: Connectors whose blocks the fake keeps in an ``external`` tier: vLLM's example disk
+#: connector, which has no ``reset_cache``, so ``reset_external=true`` answers success while its
+#: hits continue (seen on the 0.32.0 CPU build). LMCache's and Mooncake's stores are not kept
+#: here: the simulator clears them at the stores' own fakes, which these hits would not follow.
+EXTERNAL_STORES = frozenset({"ExampleConnector", "SharedStorageConnector"})
 
 
 @dataclass
@@ -245,18 +262,12 @@ class _Counters:
     reset_encoder_calls: int = 0
     metrics_calls: int = 0
     completion_calls: int = 0
-    prefix_queries: float = 0.0
-    prefix_hits: float = 0.0
-    external_queries: float = 0.0
-    external_hits: float = 0.0
     busy_left: int = 0
-    running: int = 0
     preemptions: int = 0
     prompt_tokens: float = 0.0
     generation_tokens: float = 0.0
     finished_length: int = 0
     finished_stop: int = 0
-    cached_hashes: set[str] = field(default_factory=set)
     extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -278,7 +289,8 @@ class FakeVLLM:
             default 10: the pace of a streamed completion), ``behaves_as`` (str: the release whose
             routes and answers a build serves while ``/version`` says ``version``, e.g. ``dev``),
             ``busy_engines`` (``{engine: N}``: the first N reset calls find that engine's blocks
-            held; engine 0 follows ``busy``).
+            held; engine 0 follows ``busy``), ``metrics_bloat_mb`` (int: a hostile ``/metrics``
+            of about that many MB, whose extra samples carry a 1 MB ``model_name``).
         engines: engines (DP ranks) behind this port; engine 0 is the one ``busy`` and the
             other counters describe.
         first_engine: the DP rank of the first engine, its ``engine`` label on ``/metrics``
@@ -288,6 +300,16 @@ class FakeVLLM:
         kv_transfer_config: the resolved ``--kv-transfer-config`` object, for
             ``/server_info?config_format=json`` (None: no connector).
         store_hook: the ``MooncakeStoreConnector``'s store (module docstring), or None.
+        mp_hook: the ``LMCacheMPConnector``'s MP server (module docstring), or None.
+        fs_block_dirs: host directories of the FS offload tier's block files
+            (:class:`tests.sim.kvtiers.FsBlocks`), empty without an FS tier.
+
+    Each engine keeps its own blocks per tier (:class:`tests.sim.kvtiers.EngineCache`:
+    ``cache_salt``, block-aligned hits, the hit counters by source). A completion goes to the
+    engine its ``X-data-parallel-rank`` header names (the DP rank; vLLM's
+    ``vllm/entrypoints/openai/engine/serving.py`` reads it for internal load balancing), else to
+    the first engine. ``usage.prompt_tokens_details`` is ``{"cached_tokens": N, ...}`` with
+    ``--enable-prompt-tokens-details`` (override ``prompt_tokens_details``), else null.
 
     A request is running while a streamed completion is being read (:class:`StreamBody`): a
     reset without ``reset_running_requests`` then answers ``success:false``; with it, every
@@ -315,9 +337,12 @@ class FakeVLLM:
         first_engine: int = 0,
         api_servers: int = 1,
         store_hook: MooncakeStoreHook | None = None,
+        mp_hook: LMCacheMPHook | None = None,
+        fs_block_dirs: Iterable[Any] = (),
     ) -> None:
         self.port = port
         self.store_hook = store_hook
+        self.mp_hook = mp_hook
         self.engines = max(1, int(engines))
         #: the ``engine`` label of each engine on /metrics: its DP rank (``str(index)``)
         self.engine_labels = tuple(str(max(0, int(first_engine)) + i) for i in range(self.engines))
@@ -348,11 +373,21 @@ class FakeVLLM:
             offload_cpu_blocks=int(self.overrides.get("warm_cpu_blocks", warm * 4)) if self.cpu_tier else 0,
             busy_left=int(self.overrides.get("busy", 0) or 0),
         )
+        #: tokens per KV block (``block_size`` override; the CPU build uses 128)
+        self.block_size = int(self.overrides.get("block_size") or BLOCK_SIZE)
+        host = any(c.cpu_tier for c in self.connectors)
+        external = any(c.name in EXTERNAL_STORES for c in self.connectors)
+        dirs = tuple(fs_block_dirs)
+        self._engines = [EngineCache(host=set() if host else None, external=set() if external else None,
+                                     fs=FsBlocks(dirs) if dirs else None) for _ in range(self.engines)]
         # Token counters only ever grow (they are Prometheus counters): the warm-up traffic.
-        self._c.prefix_queries = float(warm * 16 * 2)
-        self._c.prefix_hits = float(warm * 16)
-        self._c.external_queries = float(self._c.offload_cpu_blocks * 16 * 2)
-        self._c.external_hits = float(self._c.offload_cpu_blocks * 16)
+        e0 = self._engines[0]
+        e0.queries, e0.hits = float(warm * 16 * 2), float(warm * 16)
+        e0.ext_queries = float(self._c.offload_cpu_blocks * 16 * 2)
+        e0.ext_hits = float(self._c.offload_cpu_blocks * 16)
+        e0.by_source["device"], e0.by_source["host"] = e0.hits, e0.ext_hits
+        #: requests sent to each engine, by the ``X-data-parallel-rank`` header (engine index)
+        self.completions_by_engine = [0] * self.engines
         busy_engines = {int(k): int(v or 0) for k, v in (self.overrides.get("busy_engines") or {}).items()}
         #: engines 1.. (engine 0 is ``self._c``): [prefix_cache_blocks, busy_left, reset_calls]
         self._others = [[warm, busy_engines.get(i, 0), 0] for i in range(1, self.engines)]
@@ -366,7 +401,8 @@ class FakeVLLM:
         last_transport, prefix_cache_blocks, offload_cpu_blocks, reset_mm_calls,
         reset_encoder_calls, metrics_calls, plus version and dev_mode of this server;
         ``mooncake_resets``: each call of the MooncakeStoreConnector's reset hook
-        (:meth:`~tests.sim.mooncakestore.MooncakeStoreHook.snapshot`)."""
+        (:meth:`~tests.sim.mooncakestore.MooncakeStoreHook.snapshot`); ``mp_resets``: the same for
+        the LMCacheMPConnector's (:meth:`~tests.sim.mpstore.LMCacheMPHook.snapshot`)."""
         with self._lock:
             c = self._c
             return {
@@ -380,6 +416,7 @@ class FakeVLLM:
                 "reset_encoder_calls": c.reset_encoder_calls,
                 "metrics_calls": c.metrics_calls,
                 "mooncake_resets": self.store_hook.snapshot() if self.store_hook is not None else [],
+                "mp_resets": self.mp_hook.snapshot() if self.mp_hook is not None else [],
                 "engines": [{"engine": 0, "prefix_cache_blocks": c.prefix_cache_blocks, "reset_calls": c.reset_calls}]
                 + [{"engine": i, "prefix_cache_blocks": e[0], "reset_calls": e[2]}
                    for i, e in enumerate(self._others, start=1)],
@@ -414,6 +451,8 @@ class FakeVLLM:
         allowed, handler = route
         if method not in allowed:
             return _json(405, {"detail": "Method Not Allowed"}, [("allow", ", ".join(sorted(allowed)))])
+        if path.rstrip("/") in ("/v1/completions", "/v1/chat/completions"):
+            return self._completion(body, chat=path.rstrip("/") == "/v1/chat/completions", headers=headers or {})
         result: Response = handler(query, body, transport)
         return result
 
@@ -490,40 +529,56 @@ class FakeVLLM:
             c.last_transport = transport
             if device_error:
                 return self._internal_error("Not supported on CPU.")
-            busy = c.busy_left > 0 or c.running > 0
+            busy = c.busy_left > 0 or self._engines[0].running > 0
             if c.busy_left > 0:
                 c.busy_left -= 1
             if busy and forced and self.overrides.get("busy_forced"):
                 return self._internal_error(
                     "Call to reset_prefix_cache method failed: Failed to reset KV cache even when all the "
                     "running requests are preempted and moved to the waiting queue. This is likely due to "
-                    "the presence of running requests that are not preempted."
+                    "the presence of running requests waiting for remote KV transfer, which is not supported yet."
                 )
             local_ok = (not busy) or forced
             if busy and forced:
-                c.preemptions += c.running
+                c.preemptions += self._engines[0].running
             if local_ok:
                 c.prefix_cache_blocks = 0
-                c.cached_hashes.clear()
+                self._engines[0].device.clear()
             every_ok = local_ok
-            for other in self._others:  # every engine gets the call; each resets unless busy
+            for i, other in enumerate(self._others, start=1):  # every engine gets the call; each resets unless busy
                 other[2] += 1
-                other_busy = other[1] > 0
-                if other_busy:
+                other_busy = other[1] > 0 or self._engines[i].running > 0
+                if other[1] > 0:
                     other[1] -= 1
+                if other_busy and forced:
+                    c.preemptions += self._engines[i].running
                 if not other_busy or forced:
                     other[0] = 0
+                    self._engines[i].device.clear()
                 every_ok = every_ok and (not other_busy or forced)
             if external:
                 for conn in self.connectors:
                     if reset_clears_cpu_tier(conn, v):
                         c.offload_cpu_blocks = 0
+                        for eng in self._engines:
+                            if eng.host is not None:
+                                eng.host.clear()
             # 0.32.0 ANDs every engine's answer; before, engine 0's alone (module docstring)
             success = every_ok if v >= Version("0.32.0") else local_ok
+        store_cleared = False
         if external and v >= Version("0.23.0") and self.store_hook is not None \
                 and any(conn.name == "MooncakeStoreConnector" for conn in self.connectors):
             # reset_connector_cache runs even when the local reset failed; False makes it fail
-            success = self.store_hook.reset() is not False and success
+            store_cleared = self.store_hook.reset() is not False
+            success = store_cleared and success
+        if external and v >= Version("0.13.0") and self.mp_hook is not None:
+            store_cleared = self.mp_hook.reset() is not False
+            success = store_cleared and success
+        if store_cleared:
+            with self._lock:
+                for eng in self._engines:
+                    if eng.external is not None:
+                        eng.external.clear()
         if v >= Version("0.26.0"):
             return _json(200, {"success": success})
         return 200, [], b""
@@ -547,13 +602,21 @@ class FakeVLLM:
             }],
         })
 
-    def _completion(self, body: bytes, *, chat: bool) -> Response:
-        """A canned completion. Prefill: ``vllm:prefix_cache_queries`` grows by the prompt's
-        tokens and ``vllm:prefix_cache_hits`` by the tokens of its leading whole blocks already
-        cached since the last successful reset; the prompt's blocks are then cached. The
-        snapshot's ``prefix_cache_blocks`` grows by 16 per request (and the CPU tier's by 16).
-        ``"stream": true`` answers server-sent events, one token per chunk (``max_tokens``,
-        default 16), as a :class:`StreamBody`; the request runs while it is read."""
+    def _engine_of(self, headers: dict[str, str]) -> int:
+        """The engine index a request goes to: its ``X-data-parallel-rank`` header (a DP rank
+        among this server's ``engine`` labels), else the first engine."""
+        rank = next((v for k, v in headers.items() if k.lower() == "x-data-parallel-rank"), None)
+        if rank is not None and rank.strip() in self.engine_labels:
+            return self.engine_labels.index(rank.strip())
+        return 0
+
+    def _completion(self, body: bytes, *, chat: bool, headers: dict[str, str] | None = None) -> Response:
+        """A canned completion. Prefill on the engine :meth:`_engine_of` picks
+        (:meth:`tests.sim.kvtiers.EngineCache.prefill`: block-aligned hits per tier, the salt, the
+        counters). The snapshot's ``prefix_cache_blocks`` grows by 16 per request (and the CPU
+        tier's by 16). ``"stream": true`` answers server-sent events, one token per chunk
+        (``max_tokens``, default 16), as a :class:`StreamBody`; the request runs while it is
+        read. A ``cache_salt`` vLLM refuses is its 400."""
         tokens = _prompt_tokens(body, chat)
         try:
             doc = json.loads(body or b"{}")
@@ -561,34 +624,33 @@ class FakeVLLM:
             doc = {}
         if not isinstance(doc, dict):
             doc = {}
+        refused = salt_error(doc.get("cache_salt"))
+        if refused is not None:
+            return _json(400, {"error": {"message": refused, "type": "BadRequestError", "param": "cache_salt",
+                                         "code": 400}})
+        salt = doc.get("cache_salt")
         stream = doc.get("stream") is True
         try:
             max_tokens = max(1, int(doc.get("max_tokens") or doc.get("max_completion_tokens") or 16))
         except (TypeError, ValueError):
             max_tokens = 16
-        hashes = _block_hashes(tokens)
+        index = self._engine_of(headers or {})
         with self._lock:
             c = self._c
             c.completion_calls += 1
-            c.prefix_queries += len(tokens)
-            hit_blocks = 0
-            for h in hashes:
-                if h not in c.cached_hashes:
-                    break
-                hit_blocks += 1
-            c.prefix_hits += hit_blocks * BLOCK_SIZE
-            c.cached_hashes.update(hashes)
+            self.completions_by_engine[index] += 1
+            engine = self._engines[index]
+            cached, _split = engine.prefill(tokens, self.block_size, salt if isinstance(salt, str) else None,
+                                            caching=self.overrides.get("prefix_caching", True) is not False)
             c.prompt_tokens += len(tokens)
             c.prefix_cache_blocks += 16
             if self.cpu_tier:
-                c.external_queries += 8
-                c.external_hits += min(8, c.offload_cpu_blocks * 16)
                 c.offload_cpu_blocks += 16
             n = c.completion_calls
         created = int(time.time())
         rid = f"cmpl-sim-{self.port}-{n}"
         if stream:
-            return self._stream(rid, created, chat, max_tokens)
+            return self._stream(rid, created, chat, max_tokens, engine)
         with self._lock:
             self._c.generation_tokens += 1
             self._c.finished_stop += 1
@@ -598,13 +660,15 @@ class FakeVLLM:
         else:
             choice = {"index": 0, "text": "ok", "finish_reason": "stop"}
             obj = "text_completion"
+        details = ({"cached_tokens": cached, "created_cache_tokens": None, "multimodal_tokens": None}
+                   if self.overrides.get("prompt_tokens_details") else None)
         return _json(200, {
             "id": rid, "object": obj, "created": created, "model": self.served_model_name,
-            "choices": [choice], "usage": {"prompt_tokens": len(tokens), "completion_tokens": 1,
-                                           "total_tokens": len(tokens) + 1},
+            "choices": [choice], "usage": {"prompt_tokens": len(tokens), "total_tokens": len(tokens) + 1,
+                                           "completion_tokens": 1, "prompt_tokens_details": details},
         })
 
-    def _stream(self, rid: str, created: int, chat: bool, n_tokens: int) -> Response:
+    def _stream(self, rid: str, created: int, chat: bool, n_tokens: int, engine: EngineCache) -> Response:
         obj = "chat.completion.chunk" if chat else "text_completion"
         parts = []
         for i in range(n_tokens):
@@ -622,11 +686,11 @@ class FakeVLLM:
 
         def start() -> None:
             with self._lock:
-                self._c.running += 1
+                engine.running += 1
 
         def end() -> None:
             with self._lock:
-                self._c.running -= 1
+                engine.running -= 1
                 self._c.generation_tokens += n_tokens
                 self._c.finished_length += 1
 
@@ -656,7 +720,7 @@ class FakeVLLM:
     def _server_info(self, query: str) -> Response:
         """``GET /server_info`` (dev mode): ``config_format`` ``text`` (default) or ``json``
         from 0.11.0, anything else a 400 naming ``query.config_format``; ``vllm_env`` and
-        ``system_env`` from 0.14.0 (research/vllm.md §1.3). Shapes follow 0.32.0
+        ``system_env`` from 0.14.0 (the dev routes' ``/server_info`` of those wheels). Shapes follow 0.32.0
         (:mod:`tests.sim.vllm032`; older releases are served the same shape)."""
         fmt = "text"
         for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
@@ -692,8 +756,10 @@ class FakeVLLM:
     def _metrics(self) -> Response:
         with self._lock:
             self._c.metrics_calls += 1
-            tokens = (self._c.prefix_queries, self._c.prefix_hits, self._c.external_queries, self._c.external_hits)
-            live = {"running": float(self._c.running), "preemptions": float(self._c.preemptions),
+            e0 = self._engines[0]
+            tokens = (e0.queries, e0.hits, e0.ext_queries, e0.ext_hits)
+            per_engine = {label: _engine_values(eng) for label, eng in zip(self.engine_labels, self._engines, strict=True)}
+            live = {"running": float(e0.running), "preemptions": float(self._c.preemptions),
                     "prompt": self._c.prompt_tokens, "generation": self._c.generation_tokens,
                     "length": float(self._c.finished_length), "stop": float(self._c.finished_stop)}
         status = self.overrides.get("metrics_status")
@@ -705,8 +771,16 @@ class FakeVLLM:
             return int(status), [("content-type", "text/plain; charset=utf-8")], b"Internal Server Error"
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_PerEngine(_MetricsCollector(self, tokens, live), self.engine_labels,
-                                     multiprocess=self.multiprocess, served=live["prompt"] > 0))
-        return 200, [("content-type", CONTENT_TYPE_LATEST)], generate_latest(registry)
+                                     multiprocess=self.multiprocess, served=live["prompt"] > 0,
+                                     per_engine=per_engine))
+        body = generate_latest(registry)
+        bloat = int(self.overrides.get("metrics_bloat_mb", 0) or 0)
+        if bloat > 0:
+            # a hostile or broken server: valid exposition text, one 1 MB served model name per
+            # sample, as many samples as make the body about ``bloat`` MB
+            line = b'vllm:num_requests_running{engine="0",model_name="' + b"m" * (1 << 20) + b'"} 0.0\n'
+            body += line * max(1, (bloat << 20) // len(line))
+        return 200, [("content-type", CONTENT_TYPE_LATEST)], body
 
 
 class _PerEngine:
@@ -723,11 +797,20 @@ class _PerEngine:
     request. Seen on the real 0.32.0 CPU build with ``--data-parallel-size 2``."""
 
     def __init__(self, inner: _MetricsCollector, labels: tuple[str, ...], *, multiprocess: bool = False,
-                 served: bool = False) -> None:
+                 served: bool = False, per_engine: dict[str, dict[tuple[str, str], float]] | None = None) -> None:
         self.inner = inner
         self.labels = labels
         self.multiprocess = multiprocess
         self.served = served
+        #: engine label -> (family, source label or "") -> value: each engine's own counters
+        self.per_engine = per_engine or {}
+
+    def _own(self, fam_name: str, sample: Sample) -> Sample:
+        values = self.per_engine.get(sample.labels.get("engine", ""))
+        if values is None or sample.name.endswith("_created"):
+            return sample
+        key = (fam_name, sample.labels.get("source", ""))
+        return sample._replace(value=values[key]) if key in values else sample
 
     def collect(self) -> Iterable[Metric]:
         for fam in self.inner.collect():
@@ -735,11 +818,26 @@ class _PerEngine:
                 own = [s for s in fam.samples if s.labels.get("engine") == "0"]
                 rest = [s for s in fam.samples if s.labels.get("engine") != "0"]
                 fam.samples[:] = rest + [s._replace(labels=dict(s.labels, engine=e)) for e in self.labels for s in own]
+            fam.samples[:] = [self._own(fam.name, s) for s in fam.samples]
             if self.multiprocess:
                 fam.samples[:] = [s for s in fam.samples if not s.name.endswith("_created")]
                 if fam.name in SCHEDULER_GAUGES and not self.served:
                     fam.samples[:] = []
             yield fam
+
+
+def _engine_values(eng: EngineCache) -> dict[tuple[str, str], float]:
+    """The per-engine samples an engine's own state gives (family, source label or "")."""
+    out = {("vllm:prefix_cache_queries", ""): eng.queries, ("vllm:prefix_cache_hits", ""): eng.hits,
+           ("vllm:gpu_prefix_cache_queries", ""): eng.queries, ("vllm:gpu_prefix_cache_hits", ""): eng.hits,
+           ("vllm:external_prefix_cache_queries", ""): eng.ext_queries,
+           ("vllm:external_prefix_cache_hits", ""): eng.ext_hits,
+           ("vllm:prompt_tokens_cached", ""): eng.hits + eng.ext_hits,
+           ("vllm:num_requests_running", ""): float(eng.running),
+           ("vllm:num_requests_waiting", ""): float(eng.waiting)}
+    for src, value in eng.by_source.items():
+        out[("vllm:prompt_tokens_cached_by_source", src)] = value
+    return out
 
 
 #: The ``mostrecent`` gauges the scheduler's stats set (0.32.0 ``vllm/v1/metrics/loggers.py``):
@@ -749,7 +847,7 @@ SCHEDULER_GAUGES = frozenset({"vllm:kv_cache_usage_perc", "vllm:num_requests_run
 
 
 class _MetricsCollector:
-    """Builds the vLLM metric families of one release (research/vllm.md §2 table)."""
+    """Builds the vLLM metric families of one release (``vllm/v1/metrics/loggers.py`` of each release)."""
 
     def __init__(self, server: FakeVLLM, tokens: tuple[float, float, float, float],
                  live: dict[str, float] | None = None) -> None:
@@ -785,7 +883,7 @@ class _MetricsCollector:
             base = {"engine": "0", "model_name": s.served_model_name}
             if name == "vllm:cache_config_info":
                 g = GaugeMetricFamily(name, "Information of the LLMEngine CacheConfig", labels=labels)
-                info = dict(vllm032.CACHE_CONFIG_INFO, engine="0")
+                info = dict(vllm032.CACHE_CONFIG_INFO, engine="0", block_size=str(s.block_size))
                 g.add_metric([info[k] for k in labels], 1.0)
                 yield g
                 continue
@@ -829,7 +927,7 @@ class _MetricsCollector:
             names, values = ["model_name"], [s.served_model_name]
         created = s._created
         # usage = 1 - free/total; cached blocks nobody references are free, so it stays where the
-        # warm-up left it and does not drop on reset (research/vllm.md §1.1 step 6).
+        # warm-up left it and does not drop on reset (vllm/v1/core/block_pool.py::get_usage).
         usage = round(min(1.0, s._warm_usage_blocks / s._total_blocks), 6)
         queries, hits, ext_queries, ext_hits = self.tokens
         if v >= Version("0.32.0"):
@@ -848,6 +946,11 @@ class _MetricsCollector:
 
         yield gauge("vllm:num_requests_running", "Number of requests in model execution batches.", 0.0)
         yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", 0.0)
+        # the CacheConfig as an info gauge (every release here; 0.32.0's full label set above)
+        info = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                                 labels=["block_size", "enable_prefix_caching", *names[1:]])
+        info.add_metric([str(s.block_size), "True", *values[1:]], 1.0)
+        yield info
         if v >= Version("0.9.0"):
             yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage)
         if v < Version("0.11.0"):

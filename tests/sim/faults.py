@@ -11,7 +11,8 @@ Three families (the scenario keys are documented in tests/sim/README.md, "Faults
   closed by vLLM (the API server then answers 503 ``error trying to reach service: EOF``).
 - **Per-pod faults** (keys of a ``pods:`` rule the simulator consumes itself, see
   :data:`POD_FAULT_KEYS`): delete the pod on its first reset call, refuse connections for a
-  while (Ready False meanwhile), never answer, cut exec streams short.
+  while (Ready False meanwhile), never answer, cut exec streams short, cut port-forward
+  streams after so many bytes.
 
 Token expiry lives in the server (``SimServer.token_uses``); scenario users may carry a
 ``token_ttl``. Everything here is thread-safe and seeded (``faults.seed``), so a run is
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Keys of a ``pods:`` rule that are simulator faults (not passed to the pod runtime).
-POD_FAULT_KEYS = {"delete_on_first_reset", "down_for", "down_at", "hang", "exec_cut"}
+POD_FAULT_KEYS = {"delete_on_first_reset", "down_for", "down_at", "hang", "exec_cut", "portforward_cut"}
 #: Values of ``exec_cut``: ``before`` closes the stream right after the upgrade (nothing runs),
 #: ``after`` runs the command and sends its output, then closes without the exit status.
 EXEC_CUT_MODES = {"before", "after"}
@@ -279,6 +280,8 @@ def check_pod_faults(where: str, rule: dict[str, Any]) -> dict[str, Any]:
         raise FaultError(f"{where}.down_at must be one of {sorted(DOWN_AT)}")
     if "exec_cut" in out and out["exec_cut"] not in EXEC_CUT_MODES:
         raise FaultError(f"{where}.exec_cut must be one of {sorted(EXEC_CUT_MODES)}")
+    if "portforward_cut" in out:
+        _num(f"{where}.portforward_cut", out["portforward_cut"], lo=1, integer=True)
     hang = out.get("hang")
     if hang is not None and not isinstance(hang, bool) and not (
             isinstance(hang, list) and all(isinstance(p, str) for p in hang)):

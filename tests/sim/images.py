@@ -5,13 +5,13 @@ find what a pod serves independently of the code under test).
 
 Sources:
 - ``vllm/vllm-openai`` images have ``ENTRYPOINT ["vllm", "serve"]`` so a pod's ``args`` start with
-  the model (research/vllm.md §4, "Entrypoints to recognise").
+  the model (vLLM ``docker/Dockerfile``).
 - llm-d images and older vLLM images run ``python3 -m vllm.entrypoints.openai.api_server``
-  (llm-d ``docker/Dockerfile.cuda``; research/llmd.md §2.2, modelservice ``imageDefault``).
+  (llm-d ``docker/Dockerfile.cuda``; modelservice ``imageDefault``).
 - llm-d release -> vLLM release: llm-d v0.9 ships vLLM 0.26.0, v0.8 ships 0.23.0, v0.7 ships
-  0.19.1 (llm-d GitHub release notes; research/vllm.md §5).
+  0.19.1 (llm-d GitHub release notes).
 - Routing sidecar image names: ``llm-d-routing-sidecar`` (legacy repo llm-d/llm-d-routing-sidecar)
-  and ``llm-d-router-disagg-sidecar`` (llm-d-inference-scheduler / router), research/llmd.md §2.4.
+  and ``llm-d-router-disagg-sidecar`` (llm-d-inference-scheduler / router).
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ __all__ = [
 ]
 
 DEFAULT_VERSION = "0.26.0"
-"""vLLM version claimed when nothing else decides (DESIGN.md §4)."""
+"""vLLM version claimed when nothing else decides."""
 
 VLLM_SERVE_ENTRYPOINT: tuple[str, ...] = ("vllm", "serve")
 PYTHON_API_SERVER_ENTRYPOINT: tuple[str, ...] = ("python3", "-m", "vllm.entrypoints.openai.api_server")
 
-# llm-d release (major, minor) -> vLLM release it ships (research/vllm.md §5).
+# llm-d release (major, minor) -> vLLM release it ships (llm-d GitHub release notes).
 _LLMD_RELEASES: dict[tuple[int, int], str] = {
     (0, 9): "0.26.0",
     (0, 8): "0.23.0",
@@ -72,7 +72,7 @@ def is_sidecar_image(image: str) -> bool:
     """True when the image is an llm-d routing sidecar.
 
     Matches ``llm-d-routing-sidecar``, ``llm-d-router-disagg-sidecar`` and any repository whose
-    last path element contains ``routing-sidecar`` or ``disagg-sidecar`` (research/llmd.md §2.4).
+    last path element contains ``routing-sidecar`` or ``disagg-sidecar``.
     """
     name = split_image(image)[0].rsplit("/", 1)[-1]
     return "routing-sidecar" in name or "disagg-sidecar" in name
@@ -82,7 +82,7 @@ def is_legacy_sidecar_image(image: str) -> bool:
     """True for the legacy ``llm-d-routing-sidecar`` image, whose ``--vllm-port`` defaults to 8001.
 
     The router's sidecar (``llm-d-router-disagg-sidecar``) defaults to 8200 since llm-d-router
-    PR #1723 (research/llmd.md §2.4).
+    PR #1723 (``pkg/sidecar/proxy/options.go``).
     """
     name = split_image(image)[0].rsplit("/", 1)[-1]
     return "routing-sidecar" in name
@@ -124,7 +124,7 @@ def image_vllm_version(image: str) -> str | None:
     """The vLLM release an image tag claims, or None when the tag does not say.
 
     ``vllm/vllm-openai:v0.20.0-cu130`` -> ``"0.20.0"``; ``ghcr.io/llm-d/llm-d-cuda:v0.8.0`` ->
-    ``"0.23.0"`` through the llm-d release table (research/vllm.md §5); ``:latest``, dev tags
+    ``"0.23.0"`` through the llm-d release table; ``:latest``, dev tags
     (``sha-a1bcf21``) and unknown llm-d releases -> None (the caller then uses
     :data:`DEFAULT_VERSION`).
     """

@@ -12,7 +12,8 @@ answering False when that raises (the reset then answers ``success:false``).
 transfer engine and a segment in the simulator's process). It makes the master do the same work
 through the master's own admin call, ``POST /api/v1/remove_all?force=true`` on its HTTP metrics
 port (``--metrics_port``, default 9003; a scenario may set ``mooncake_admin_port``), which removes
-every object as the client's ``remove_all(True)`` does (research/real-peers.md §4). So what the
+every object as the client's ``remove_all(True)`` does (checked on the real master by
+``tests/peers/test_stores_redis_mooncake.py``). So what the
 test reads from the master afterwards (``master_key_count``) is what was really removed.
 
 **When a master is there.** The host of ``master_server_address`` is looked up in the pod's

@@ -4,7 +4,7 @@ The API server (tests/sim/server.py) creates one :class:`PodRuntime` per pod, ca
 :meth:`PodRuntime.start` once, routes pod-proxy / exec / port-forward HTTP requests to
 :meth:`PodRuntime.request` and merges :meth:`PodRuntime.state` into ``/sim/v1/state``.
 
-How a pod's servers are found (DESIGN.md §4):
+How a pod's servers are found, independently of the plugin's own reading (tests/sim/README.md):
 
 1. For every container (and every init container with ``restartPolicy: Always``, a native
    sidecar) the argv it would exec is built: ``command`` + ``args`` with ``$(VAR)`` expansion, or
@@ -21,8 +21,7 @@ How a pod's servers are found (DESIGN.md §4):
    (``infinistore ...``) by tests/sim/fakeinfinistore.py (its control plane only), the HTTP
    frontend of an LMCache MP server (``lmcache server``) by tests/sim/fakemp.py.
 4. Caches start warm: GPU prefix blocks, CPU offload blocks where a CPU tier exists, a few files in
-   every FS tier root (vLLM's ``vllm/v1/kv_offload/file_mapper.py`` layout, research/vllm.md
-   §3.1), and ``/dev/shm/vllm_offload_<engine_id>.mmap`` for a CPU tier on vLLM >= 0.20.
+   every FS tier root (vLLM's ``vllm/v1/kv_offload/file_mapper.py`` layout), and ``/dev/shm/vllm_offload_<engine_id>.mmap`` for a CPU tier on vLLM >= 0.20.
 
 Per-pod ``overrides`` (all optional; the scenario file passes them through):
 
@@ -35,6 +34,8 @@ Per-pod ``overrides`` (all optional; the scenario file passes them through):
 - ``reset_delay_ms`` (int): every reset call sleeps this long (outside locks).
 - ``metrics_status`` (int): ``/metrics`` answers this HTTP status (e.g. 500).
 - ``metrics_fail_first`` (int): the first N ``/metrics`` scrapes of each port answer 500.
+- ``metrics_bloat_mb`` (int): ``/metrics`` answers about this many MB of valid text whose extra
+  samples each carry a 1 MB ``model_name`` (a hostile or broken server).
 - ``ports`` (list of int): API ports to serve when the command is not run (``sandbox=False``).
 - ``warm_blocks`` (int, default 512): GPU prefix-cache blocks at start;
   ``warm_cpu_blocks`` (int, default 4 x warm_blocks): CPU offload blocks at start.
@@ -73,6 +74,8 @@ from .fakemp import FakeMpServer, mp_http_port
 from .fakevllm import FakeVLLM, Response, dev_mode_state, parse_version
 from .images import DEFAULT_VERSION, image_entrypoint, image_vllm_version, is_sidecar_image
 from .mooncakestore import DEFAULT_ADMIN_PORT, MooncakeStoreHook
+from .mpstore import DEFAULT_HTTP_PORT as MP_HTTP_PORT
+from .mpstore import LMCacheMPHook, mp_extra
 from .sandbox import Bind, container_host_path, run_recorded, volume_binds
 from .serveargs import (
     ConnectorInfo,
@@ -195,6 +198,9 @@ class PodRuntime:
         self._lock = threading.Lock()
         self._ports: dict[int, FakeVLLM | RoutingSidecar | FakeInfiniStore | FakeMpServer] = {}
         self._crashed = False
+        #: vLLM containers whose VLLM_SERVER_DEV_MODE vLLM refuses: each crash-loops on its own
+        #: (the pod's other containers keep running; the pod is not Ready)
+        self._crashed_containers: list[str] = []
         self._started = False
         self._stopped = False
         self._recorded: dict[str, list[str]] = {}
@@ -291,7 +297,9 @@ class PodRuntime:
                 ctx.overrides.get("vllm_version") or ctx.default_version or image_vllm_version(main.image) or DEFAULT_VERSION
             )
             self._dev = dev_mode_state(main.env.get(DEV_MODE_ENV))
-            self._crashed = self._dev == "invalid"
+            self._crashed_containers = [s.container for s in self._servers
+                                        if dev_mode_state(s.env.get(DEV_MODE_ENV)) == "invalid"]
+            self._crashed = bool(self._crashed_containers)
             shm = container_host_path("/dev/shm", main.binds, ctx.shm_dir)
             self._shm_host = shm if shm is not None else ctx.shm_dir
         else:
@@ -311,12 +319,19 @@ class PodRuntime:
 
         for server in self._servers:
             dev = dev_mode_state(server.env.get(DEV_MODE_ENV))
+            if dev == "invalid" and server is not self._servers[0]:
+                continue  # this container crash-loops: nothing listens on its ports
             connectors = server.args.connectors(server.env, self._version)
             hook = None
             if any(c.name == "MooncakeStoreConnector" for c in connectors):
                 hook = MooncakeStoreHook(dict(server.env), self._pod_file_reader(server.binds),
                                          self.ctx.overrides.get("hosts_file"),
                                          int(self.ctx.overrides.get("mooncake_admin_port") or DEFAULT_ADMIN_PORT))
+            mp = mp_extra(server.args.live_kv_transfer_config(server.env, self._version))
+            mp_hook = None if mp is None else LMCacheMPHook(
+                mp, dict(server.env), self.ctx.overrides.get("hosts_file"),
+                int(self.ctx.overrides.get("lmcache_mp_http_port") or MP_HTTP_PORT))
+            kv = server.args.kv_transfer_config or {}
             for index, port in enumerate(server.args.api_ports):
                 if port in ports:
                     self.notes.append(f"port {port} of {server.container} already taken")
@@ -332,6 +347,9 @@ class PodRuntime:
                     kv_transfer_config=self.ctx.overrides.get("live_kv_transfer_config")
                     or server.args.live_kv_transfer_config(server.env, self._version),
                     store_hook=hook,
+                    mp_hook=mp_hook,
+                    fs_block_dirs=[self._host_dir(server, root) / f"{self._fs_base(server.args, kv)}_r0"
+                                   for conn in connectors for root in conn.fs_roots],
                 )
             if dev != "invalid":
                 self._warm_tiers(server, connectors)
@@ -432,16 +450,17 @@ class PodRuntime:
                     fh.truncate(1 << 20)
 
     def _write_fs_files(self, root: Path, args: ServeArgs, kv: dict[str, Any]) -> None:
-        """A handful of files laid out as vLLM's FS tier does (research/vllm.md §3.1):
+        """A handful of files laid out as vLLM's FS tier does (``vllm/v1/kv_offload/file_mapper.py``):
         ``<root>/<model with / -> _>_<hash12>/config.json`` and
-        ``<root>/<model>_<hash12>_r0/<h[0:3]>/<h[3:5]>_g0/<h>.bin``."""
-        extra = kv.get("kv_connector_extra_config") if isinstance(kv.get("kv_connector_extra_config"), dict) else {}
-        fields = {"model": args.model, "block_size": (extra or {}).get("block_size", 16), "kv_layout": "sim"}
-        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
-        base = f"{args.model.replace('/', '_')}_{digest}"
+        ``<root>/<model>_<hash12>_r0/<h[0:3]>/<h[3:5]>_g0/<h>.bin``.
+
+        As ``vllm/v1/kv_offload/file_mapper.py::FileMapper`` and ``tiering/fs/manager.py``: the
+        record's fields (``model_name`` is the model, never ``--served-model-name``), hashed as
+        canonical JSON (sorted keys, no spaces) for ``<hash12>``, written with ``indent=2``."""
+        base = self._fs_base(args, kv)
         cfg_dir = root / base
         cfg_dir.mkdir(parents=True, exist_ok=True)
-        (cfg_dir / "config.json").write_text(json.dumps(fields, sort_keys=True))
+        (cfg_dir / "config.json").write_text(json.dumps(self._fs_fields(args, kv), indent=2, sort_keys=True))
         count = int(self.ctx.overrides.get("fs_files", 4))
         for i in range(count):
             h = hashlib.sha256(f"{self.ctx.uid}/{args.model}/{i}".encode()).hexdigest()
@@ -449,18 +468,40 @@ class PodRuntime:
             d.mkdir(parents=True, exist_ok=True)
             (d / f"{h}.bin").write_bytes(b"\0" * 256)
 
+    @staticmethod
+    def _fs_fields(args: ServeArgs, kv: dict[str, Any]) -> dict[str, Any]:
+        extra = kv.get("kv_connector_extra_config") if isinstance(kv.get("kv_connector_extra_config"), dict) else {}
+        block = int((extra or {}).get("block_size", 16) or 16)
+        return {"model_name": args.model, "tokens_per_hash": block, "blocks_per_file": 1, "tp_size": 1,
+                "pp_size": 1, "pcp_size": 1, "dcp_size": 1, "dtype": "torch.bfloat16",
+                "kv_cache_groups": [{"tokens_per_block": block, "layer_names": ["model.layers.0.self_attn.attn"]}],
+                "inference_engine": "vllm"}
+
+    @classmethod
+    def _fs_base(cls, args: ServeArgs, kv: dict[str, Any]) -> str:
+        """``<model with / -> _>_<hash12>``: the FS tier's directory of this model (the record's
+        canonical JSON hashed, as ``vllm/v1/kv_offload/file_mapper.py::FileMapper``)."""
+        canonical = json.dumps(cls._fs_fields(args, kv), sort_keys=True, separators=(",", ":"))
+        digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
+        return f"{args.model.replace('/', '_')}_{digest}"
+
     # ------------------------------------------------------------------ requests
     @property
     def crashed(self) -> bool:
         """True when the vLLM container would crash-loop (invalid VLLM_SERVER_DEV_MODE such as
-        ``"true"`` or ``""``, research/vllm.md §1.2); the pod then serves nothing."""
+        ``"true"`` or ``""``: ``bool(int(value))`` in ``vllm/envs.py`` raises); the pod then serves nothing."""
         return self._crashed
+
+    def _main_crashed(self) -> bool:
+        # the first vLLM container crash-loops: the pod serves nothing (a later one that crashes
+        # only leaves its own ports unserved)
+        return self._crashed and self._vllm_container in self._crashed_containers
 
     def _call(self, port: int, method: str, path: str, query: str, headers: dict[str, str], body: bytes,
               scheme: str, transport: str) -> Response | None:
         with self._lock:
             server = self._ports.get(port)
-        if server is None or self._crashed:
+        if server is None or self._main_crashed():
             return None
         return server.handle(method, path, query, headers, body, scheme=scheme, transport=transport)
 
@@ -502,6 +543,7 @@ class PodRuntime:
             "version": self._version,
             "dev_mode": self._dev,
             "crashed": self._crashed,
+            "crashed_containers": list(self._crashed_containers),
             "ports": {str(p): s.snapshot() for p, s in sorted(ports.items())},
             "fs_tier_files": sorted(fs_files),
             "shm_files": shm_files,
@@ -512,7 +554,7 @@ class PodRuntime:
     def served_ports(self) -> list[int]:
         """The ports something listens on in this pod (sorted; none once crashed or stopped)."""
         with self._lock:
-            return [] if (self._crashed or self._stopped) else sorted(self._ports)
+            return [] if (self._main_crashed() or self._stopped) else sorted(self._ports)
 
     def exec_view(self, container: str) -> ExecView | None:
         """What an exec into ``container`` sees (tests/sim/execsandbox.py): its resolved env
@@ -530,7 +572,7 @@ class PodRuntime:
         env = dict(self._env.get(container) or self.ctx.env_by_container.get(container) or {})
         binds = volume_binds(found, self.ctx.volume_dirs)
         with self._lock:
-            ports = [] if (self._crashed or self._stopped) else sorted(self._ports)
+            ports = [] if (self._main_crashed() or self._stopped) else sorted(self._ports)
         return ExecView(env=env, binds=binds, shm_dir=self.ctx.shm_dir, ports=ports,
                         workdir=str(found.get("workingDir") or "/"))
 

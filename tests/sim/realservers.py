@@ -29,13 +29,29 @@ datagram to an address outside 127.0.0.0/8 is refused with ``ENETUNREACH``. Noth
 loopback. C servers get flags (above).
 
 **vLLM on CPU.** Flags the CPU build cannot run are refused when the manifests load, naming the
-flag (:func:`cpu_refusals`): tensor/pipeline/data parallel size > 1, expert parallel,
-``--kv-offloading-size`` and the OffloadingConnector, NIXL, P2P NCCL and Mooncake (transfer)
-connectors (research notes "real peers" §1). Other flags that matter to the plugin are passed on
+flag (:func:`cpu_refusals`): tensor/pipeline parallel size > 1, data parallel other than internal
+load balancing (:data:`DP_OUTSIDE_FLAGS`), expert parallel, ``--kv-offloading-size`` and the
+OffloadingConnector, NIXL, P2P NCCL and Mooncake (transfer) connectors (vLLM
+``vllm/platforms/cpu.py``). ``--data-parallel-size N`` alone runs: N engines behind the one API port, about
+3.5 GB each (run such a pod alone). Other flags that matter to the plugin are passed on
 (:data:`VLLM_PASS_FLAGS`); the rest are dropped and listed in the pod's notes. The env adds
 ``VLLM_TARGET_DEVICE=cpu``, ``VLLM_CPU_KVCACHE_SPACE=1``, ``VLLM_CPU_OMP_THREADS_BIND=nobind``,
 ``HF_HUB_OFFLINE=1`` and ``VLLM_HOST_IP`` = the pod address; the pod's ``VLLM_SERVER_DEV_MODE``
-is kept as it is (so an invalid value crashes the real server too).
+is kept as it is (so an invalid value crashes the real server too). A vLLM whose
+``--kv-transfer-config`` names ``LMCacheMPConnector`` gets the LMCache venv's site-packages
+appended after its own (``KVRESET_SIM_APPEND_SITE``, read by the ``sitecustomize``), so vLLM
+0.32.0 loads LMCache 0.5.6's connector class and its own torch and zmq win; the ``lmcache
+server`` it names must run with ``--supported-transfer-mode auto`` (``tests/peers/test_real_mp_reset.py``:
+otherwise the CPU worker's ``engine_driven`` context is refused and vLLM
+never gets ready). A vLLM whose connector is LMCache's in-process one (``LMCacheConnectorV1``,
+:data:`LMCACHE_IN_PROCESS`) gets the same packages, and its ``sitecustomize`` makes LMCache's
+``CreateGPUConnector`` return LMCache's own ``MockGPUConnector`` for vLLM (``lmcache/v1/
+gpu_connector``: 0.5.6 has no connector for vLLM's paged memory on a CPU device, logs "No
+supported cpu connector found" and runs in degraded mode, never hitting): LMCache's keys,
+lookups, hits and clears are then real, only the KV bytes are not copied. The servers LMCache runs
+in the vLLM process, read from the pod's ``LMCACHE_CONFIG_FILE`` (the internal API on
+``internal_api_server_port_start`` + 0..N, the controller's ``lmcache_worker_ports``), are the
+pod's ports too.
 
 **Lifecycle.** Servers start when the pod starts; the pod is Ready while each server's own
 health answer is good (:meth:`RealServer.healthy`: Redis ``PING`` -> ``PONG``, vLLM
@@ -44,7 +60,13 @@ LMCache controller's and worker's ports), probed every second by the cluster. A 
 exits is restarted with a back-off (1, 2, 4 .. 16 s), as the kubelet restarts a container, so a
 server started before its peer catches up. Stopping: every process of the sandbox but bubblewrap
 itself gets SIGTERM, then, after :data:`STOP_GRACE` seconds, the sandbox's process group and pid
-namespace get SIGKILL; the cluster stops workers (rank 0) before their stores (rank 1).
+namespace get SIGKILL; the cluster stops workers (rank 0) before their stores (rank 1). When
+the simulator itself is killed (SIGKILL, no stop at all), ``--die-with-parent`` kills each
+sandbox's bubblewrap, whose pid namespace takes every server process with it; what they shared
+(vLLM's ``psm_*`` segments and semaphores, torch's) is in the pod's /dev/shm directory under the
+state dir, never in the machine's /dev/shm, and their sockets and temporary files in the
+sandbox's own /tmp tmpfs, so the launcher's removal of the state dir (tests/simctl.py
+``SimCluster.stop``) leaves nothing (tests/peers/test_sim_sigkill.py).
 """
 
 from __future__ import annotations
@@ -65,6 +87,7 @@ from typing import Any
 
 import yaml
 
+from .mpstore import mp_extra
 from .network import pump_sockets
 from .pods import PodContext, PodRuntime
 from .sandbox import DEFAULT_PATH, container_host_path, pod_view_argv, volume_binds
@@ -83,16 +106,28 @@ VLLM_PASS_FLAGS = {
     "--served-model-name": "many", "--port": 1, "--kv-events-config": 1,
     "--enable-prefix-caching": 0, "--no-enable-prefix-caching": 0, "--kv-transfer-config": 1,
     "--max-num-seqs": 1, "--prefix-caching-hash-algo": 1, "--api-key": 1,
+    "--data-parallel-size": 1, "-dp": 1, "--enable-prompt-tokens-details": 0,
     "--enable-log-requests": 0, "--disable-log-requests": 0, "--disable-log-stats": 0,
 }
 """vLLM flags passed on to the real server (value count; ``many``: values up to the next flag)."""
+
+DP_OUTSIDE_FLAGS = ("--data-parallel-external-lb", "--data-parallel-hybrid-lb",
+                    "--data-parallel-multi-port-external-lb", "--data-parallel-rank", "-dpr",
+                    "--data-parallel-start-rank", "--data-parallel-address", "-dpa", "--headless")
+"""Data-parallel flags the CPU build cannot serve: a dense model refuses external DP, and with a
+tiny MoE the first completion fails in the CPU communicator (vLLM
+``vllm/distributed/device_communicators/cpu_communicator.py``); ``--data-parallel-size N`` alone
+(internal load balancing) runs."""
+
+LMCACHE_IN_PROCESS = ("LMCacheConnectorV1", "LMCacheConnectorV1Dynamic")
+"""Connectors that run LMCache's engine inside the vLLM process (vLLM's
+``kv_connector/v1/lmcache_connector.py``)."""
 
 _ACCELERATOR_CONNECTORS = {
     "NixlConnector": "NIXL needs a GPU",
     "OffloadingConnector": "CPU offloading is only supported on CUDA-alike and XPU GPUs",
     "P2pNcclConnector": "NCCL needs a GPU",
     "MooncakeConnector": "Mooncake's transfer connector needs a GPU",
-    "LMCacheMPConnector": "the LMCache MP connector needs a GPU",
 }
 
 SITECUSTOMIZE = r'''"""A pod's network namespace, emulated on the shared loopback (tests/sim/realservers.py)."""
@@ -102,6 +137,53 @@ import os as _os
 import socket as _socket
 
 _POD_IP = _os.environ.get("KVRESET_SIM_POD_IP", "")
+
+# packages importable after the server's own (a real vLLM with LMCacheMPConnector imports lmcache
+# from the LMCache venv, while its own torch and zmq win)
+for _extra in filter(None, _os.environ.get("KVRESET_SIM_APPEND_SITE", "").split(":")):
+    import sys as _sys
+
+    if _extra not in _sys.path:
+        _sys.path.append(_extra)
+
+
+# LMCache in the vLLM process (LMCacheConnectorV1) on the CPU build: LMCache 0.5.6 has no CPU
+# connector for vLLM's paged memory ("No supported cpu connector found", then degraded mode, never
+# a hit), so its own mock connector stands in for the device copy: keys, lookups, hits and clears
+# are LMCache's real ones, the KV bytes are not copied
+if _os.environ.get("KVRESET_SIM_LMCACHE_MOCK_GPU"):
+    import importlib.abc as _iabc
+    import importlib.machinery as _imach
+    import sys as _sys
+
+    def _mock_gpu(module):
+        real = module.CreateGPUConnector
+
+        def CreateGPUConnector(config, metadata, engine, layout_hints=None):
+            from lmcache.utils import EngineType
+            if engine == EngineType.VLLM:
+                return module.MockGPUConnector(kv_shape=metadata.kv_shape)
+            return real(config, metadata, engine, layout_hints)
+
+        module.CreateGPUConnector = CreateGPUConnector
+
+    class _MockGpuFinder(_iabc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name != "lmcache.v1.gpu_connector":
+                return None
+            spec = _imach.PathFinder.find_spec(name, path)
+            if spec is None or spec.loader is None:
+                return spec
+            run = spec.loader.exec_module
+
+            def exec_module(module, _run=run):
+                _run(module)
+                _mock_gpu(module)
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    _sys.meta_path.insert(0, _MockGpuFinder())
 
 
 def _loopback(host):
@@ -304,15 +386,23 @@ def _without_flags(argv: list[str], *names: str) -> list[str]:
 
 def cpu_refusals(argv: list[str]) -> list[str]:
     """Why vLLM's CPU build cannot run this ``vllm serve`` argv: one message per refused flag,
-    naming it (empty: it can). Sources: research notes "real peers" §1 (CPU offloading and
-    external DP fail on 0.32.0 CPU), vLLM ``vllm/platforms/cpu.py``."""
+    naming it (empty: it can). Source: vLLM ``vllm/platforms/cpu.py`` (CPU
+    offloading and external DP fail on 0.32.0 CPU)."""
     out = []
     for names, what in ((("--tensor-parallel-size", "-tp"), "tensor parallel"),
-                        (("--pipeline-parallel-size", "-pp"), "pipeline parallel"),
-                        (("--data-parallel-size", "-dp"), "data parallel")):
+                        (("--pipeline-parallel-size", "-pp"), "pipeline parallel")):
         v = _flag_value(argv, *names)
         if v is not None and v.isdigit() and int(v) > 1:
             out.append(f"{names[0]} {v}: {what} > 1 does not run on vLLM's CPU build")
+    dp = _flag_value(argv, "--data-parallel-size", "-dp")
+    if dp is not None and dp.isdigit() and int(dp) > 1:
+        outside = [f for f in DP_OUTSIDE_FLAGS if any(t == f or t.startswith(f + "=") for t in argv)]
+        local = _flag_value(argv, "--data-parallel-size-local", "-dpl")
+        if local is not None and local != dp:
+            outside.append("--data-parallel-size-local")
+        if outside:
+            out.append(f"--data-parallel-size {dp} with {' '.join(outside)}: only internal load balancing "
+                       "(every engine behind one API server) runs on vLLM's CPU build")
     if any(t == "--enable-expert-parallel" or t.startswith("--enable-expert-parallel=")
            for t in argv):
         out.append("--enable-expert-parallel: expert parallel does not run on vLLM's CPU build")
@@ -337,6 +427,17 @@ def cpu_refusals(argv: list[str]) -> list[str]:
                 out.append(f"--kv-transfer-config kv_connector {n}: {_ACCELERATOR_CONNECTORS[n]}"
                            " (not on vLLM's CPU build)")
     return out
+
+
+def _connector_names(ktc: Any, depth: int = 0) -> list[str]:
+    """Every ``kv_connector`` a kv-transfer-config names (a MultiConnector's children too)."""
+    if not isinstance(ktc, dict) or depth > 8:
+        return []
+    out = [str(ktc.get("kv_connector") or "")]
+    extra = ktc.get("kv_connector_extra_config")
+    for child in (extra.get("connectors") or []) if isinstance(extra, dict) else []:
+        out += _connector_names(child, depth + 1)
+    return [n for n in out if n]
 
 
 def check_manifest_object(obj: dict[str, Any], real: frozenset[str]) -> None:
@@ -900,8 +1001,35 @@ class RealPodRuntime(PodRuntime):
                      "HF_HUB_OFFLINE": "1", "VLLM_HOST_IP": self.ctx.pod_ip,
                      "OMP_NUM_THREADS": venv.get("OMP_NUM_THREADS", "1")})
         venv.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        launch = Launch("vllm", name, full, venv, [port], ("http", port, "/health"), {},
-                        [*self._venv_binds(str(exe)), (str(model), MODEL_DIR)])
+        binds_extra = [*self._venv_binds(str(exe)), (str(model), MODEL_DIR)]
+        ports = [port]
+        in_process = [n for n in _connector_names(serve.kv_transfer_config) if n in LMCACHE_IN_PROCESS]
+        if mp_extra(serve.kv_transfer_config) is not None or in_process:
+            # LMCacheMPConnector: vLLM 0.32 imports LMCache's class when lmcache is importable;
+            # LMCacheConnectorV1 imports LMCache's engine (tests/peers/test_real_lmcache_inprocess.py:
+            # appended after vLLM's packages, so vLLM's torch and zmq win)
+            lm = peers.lmcache_python()
+            if lm is None:
+                what = in_process[0] if in_process else "LMCacheMPConnector"
+                self.notes.append(f"container {name}: {what} needs the lmcache peer (make peers)")
+                self._crashed = True
+                return None
+            site = sorted((_venv_of(lm) / "lib").glob("python3*/site-packages"))
+            venv["KVRESET_SIM_APPEND_SITE"] = ":".join(str(p) for p in site)
+            binds_extra += [b for b in self._venv_binds(lm) if b not in binds_extra]
+        if in_process:
+            venv["KVRESET_SIM_LMCACHE_MOCK_GPU"] = "1"
+            venv.setdefault("PYTHONHASHSEED", "0")
+            # LMCache's own servers in the vLLM process: the internal API (the scheduler's on
+            # internal_api_server_port_start, worker rank r's on start + 1 + r) and the
+            # controller's worker ports
+            cfg = self._worker_config(c, [])
+            api = cfg.get("internal_api_server_port_start")
+            engines = max(1, int(_flag_value(recorded, "--data-parallel-size", "-dp") or 1))
+            if cfg.get("internal_api_server_enabled") and api is not None:
+                ports += [int(api) + r for r in range(engines + 1)]
+            ports += [int(p) for p in cfg.get("lmcache_worker_ports") or []]
+        launch = Launch("vllm", name, full, venv, ports, ("http", port, "/health"), {}, binds_extra)
         if dropped:
             launch.notes.append("flags not passed to the CPU build: " + " ".join(sorted(set(dropped))))
         self._version = "0.32.0"

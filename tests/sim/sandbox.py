@@ -3,7 +3,8 @@
 The simulator finds what a pod serves by running the container's real command (often a
 ``/bin/bash -c`` script) with the pod's environment, in a filesystem view like the pod's, where
 ``vllm`` and ``python3 -m vllm.entrypoints...`` are recorders that write the argv they receive and
-exit 0 (DESIGN.md §4 "What a pod serves is found independently of the plugin", "Sandbox").
+exit 0, so what a pod serves is found independently of the plugin (tests/sim/README.md
+"Running it").
 
 Isolation (bubblewrap): ``--unshare-all`` (no network, own pid/ipc/uts namespaces),
 ``--die-with-parent``, ``--new-session``, ``--clearenv`` + the container env; read-only binds of

@@ -140,7 +140,7 @@ class Scenario:
     def pod_faults(self, owner: tuple[str, str] | None, ordinal: int, namespace: str,
                    name: str) -> dict[str, Any]:
         """Merged per-pod fault keys (``delete_on_first_reset``, ``down_for``, ``down_at``,
-        ``hang``, ``exec_cut``) of every rule matching this pod; later rules win."""
+        ``hang``, ``exec_cut``, ``portforward_cut``) of every rule matching this pod; later rules win."""
         out: dict[str, Any] = {}
         for rule in self.pods:
             if rule.faults and rule.match.matches(owner, ordinal, namespace, name):

@@ -5,19 +5,19 @@ argv the sandbox recorded (already word-split by the real shell), never a shell 
 
 Rules and their sources:
 - Flag spelling: ``--flag value`` and ``--flag=value``; ``_`` and ``-`` are interchangeable in flag
-  names (vLLM ``vllm/utils/argparse_utils.py::FlexibleArgumentParser``; research/vllm.md §4).
+  names (vLLM ``vllm/utils/argparse_utils.py::FlexibleArgumentParser``).
 - ``--kv-transfer-config`` JSON, human-readable numbers inside it (``80g``: powers of 1000,
   ``80G``: powers of 1024, vLLM >= 0.20 ``engine/arg_utils.py``), dotted keys
   ``--kv-transfer-config.a.b v`` merged into one object (the dotted form wins over a full JSON),
-  ``+`` suffix appends to a list (research/vllm.md §4).
+  ``+`` suffix appends to a list (same parser).
 - ``--kv-offloading-size <GiB>`` with ``--kv-offloading-backend native|lmcache`` (vLLM >= 0.11.2
-  ``vllm/config/vllm.py::_post_init_kv_transfer_config``; research/vllm.md §3.1).
+  ``vllm/config/vllm.py::_post_init_kv_transfer_config``).
 - API ports: ``--port`` (default 8000); with ``--data-parallel-multi-port-external-lb`` one API
   server per local DP rank on ``port + i`` for ``i in range(data_parallel_size_local)``;
-  ``--data-parallel-supervisor-port`` is not an API port (research/llmd.md §2.1, fixture 06).
+  ``--data-parallel-supervisor-port`` is not an API port (llm-d wide-ep LWS manifest, fixture 06).
 - Sidecar: ``--port``/``-port`` (8000), ``--vllm-port`` (8200; legacy image 8001),
   ``--data-parallel-size`` N (listens port..port+N-1, forwards to vllm-port+i),
-  ``--secure-proxy`` (default true = TLS) (research/llmd.md §2.4).
+  ``--secure-proxy`` (default true = TLS) (llm-d-inference-scheduler ``pkg/sidecar/proxy/options.go``).
 - ``--config FILE`` (separate token only; ``--config=FILE`` is never expanded): the YAML file's
   top-level keys become flags placed after ``serve MODEL`` (first for the api_server module), so
   the command line wins; ``true`` -> ``--key``, ``false`` -> ``--no-key``, a list -> ``--key a b``,
@@ -110,7 +110,7 @@ def human_readable_int(text: str) -> int | None:
     """vLLM's human-readable integer: ``k/m/g/t`` = 10^3..10^12 (decimals allowed, ``25.6k``),
     ``K/M/G/T`` = 2^10..2^40 (decimals rejected). Plain integers pass. None when not readable.
 
-    Source: ``vllm/utils/argparse_utils.py::human_readable_int`` (research/vllm.md §4).
+    Source: ``vllm/utils/argparse_utils.py::human_readable_int``.
     """
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtKMGT])", text.strip())
     if not m:
@@ -152,7 +152,8 @@ def expand_human_numbers(text: str) -> str:
 
 
 def _loads_value(text: str) -> Any:
-    """A dotted-key value: JSON, else human-readable int, else the string (research/vllm.md §4)."""
+    """A dotted-key value: JSON, else human-readable int, else the string
+    (``vllm/utils/argparse_utils.py::FlexibleArgumentParser``)."""
     try:
         return json.loads(text)
     except ValueError:
@@ -170,7 +171,7 @@ class ConnectorInfo:
     other connectors; ``cpu_tier``: the connector keeps a CPU offload tier; ``fs_roots``:
     container paths of FS tiers (Tiering ``secondary_tiers[type in fs, fs_python].root_dir`` or
     the legacy llm-d ``shared_storage_path``); ``in_multi``: a MultiConnector child.
-    Source: research/vllm.md §3.1.
+    Source: ``vllm/v1/kv_offload/factory.py``, ``vllm/v1/kv_offload/tiering/``.
     """
 
     name: str
@@ -221,7 +222,7 @@ def read_connectors(
     Without ``--kv-transfer-config``, ``--kv-offloading-size`` with backend ``native`` (default)
     gives ``OffloadingConnector`` + CPU spec, or ``SimpleCPUOffloadConnector`` on vLLM >= 0.33
     with ``VLLM_USE_SIMPLE_KV_OFFLOAD=1``; backend ``lmcache`` gives ``LMCacheConnectorV1``
-    (research/vllm.md §3.1 "Shortcut flags").
+    (``vllm/config/vllm.py::_post_init_kv_transfer_config``).
     """
     if kv_transfer_config:
         return _connector_infos(kv_transfer_config)
@@ -427,6 +428,15 @@ def parse_vllm_argv(argv: list[str], read_file: Any = None) -> ServeArgs | None:
                 values[key] = value
             elif key in _BOOL_FLAGS or not takes_next:
                 flags.add(key)
+            elif key in _NARGS_PLUS or (key not in ("--numa-bind", "--kv-cache-dtype") and len(key) > 4
+                                        and any(f.startswith(key) for f in _NARGS_PLUS)):
+                # argparse gives an nargs="+" flag every token up to the next "-"-prefixed one,
+                # so a positional model written after it is the flag's value
+                taken: list[str] = []
+                while i + 1 < len(args) and (not args[i + 1].startswith("-") or _is_number(args[i + 1])):
+                    taken.append(args[i + 1])
+                    i += 1
+                values[key] = " ".join(taken)
             else:
                 values[key] = str(nxt)
                 i += 1
@@ -510,6 +520,16 @@ def parse_vllm_argv(argv: list[str], read_file: Any = None) -> ServeArgs | None:
     )
 
 
+# vLLM 0.32.0's nargs="+" serve flags (vllm/engine/arg_utils.py, vllm/entrypoints/openai/cli_args.py).
+_NARGS_PLUS = {
+    "--allowed-media-domains", "--api-key", "--collect-detailed-traces", "--cpu-offload-params",
+    "--cudagraph-capture-sizes", "--ignore-patterns", "--kv-cache-dtype-skip-layers",
+    "--logits-processors", "--lora-modules", "--lora-target-modules", "--numa-bind-cpus",
+    "--numa-bind-nodes", "--offload-params", "--served-model-name",
+    "--sleep-preserve-parameter-names",
+}
+
+
 # Flags that never take a value (so the next token is not eaten); only the ones that matter for
 # finding the positional model and the values we read.
 _BOOL_FLAGS = {
@@ -579,7 +599,7 @@ class SidecarArgs:
     ``ports``: ``port + i`` for i in range(data_parallel_size); ``vllm_ports``: the vLLM port each
     forwards to (``vllm_port + i``); ``secure``: TLS on the sidecar ports (``--secure-proxy``,
     default true). Source: llm-d-inference-scheduler ``pkg/sidecar/proxy/options.go``,
-    ``data_parallel.go`` (research/llmd.md §2.4).
+    ``data_parallel.go``.
     """
 
     port: int
@@ -611,7 +631,7 @@ def parse_sidecar_args(args: list[str], image: str = "") -> SidecarArgs:
     """Read the routing sidecar's Go-style flags (``-port=8000``, ``--port 8000``,
     ``--secure-proxy=false``, ``--data-parallel-size=8``). Unknown flags are ignored; bad numbers
     keep the default. The ``--vllm-port`` default is 8001 for the legacy
-    ``llm-d-routing-sidecar`` image and 8200 otherwise (research/llmd.md §2.4).
+    ``llm-d-routing-sidecar`` image and 8200 otherwise (llm-d-router PR #1723).
     """
     values: dict[str, str] = {}
     bools: dict[str, bool] = {}

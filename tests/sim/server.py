@@ -40,6 +40,7 @@ import yaml
 
 from .controllers import Cluster, PodRecord, human_age
 from .execsandbox import ExecProcess, ExecSpec, exec_failure_message
+from .fakevllm import StreamBody
 from .faults import Faults, hangs
 from .network import pump_sockets
 from .podhttp import serve_in_thread
@@ -287,6 +288,8 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "kvreset-sim"
     timeout = 300
     server: _TLSServer
+    #: ``"<verb> <resource>"`` of the resource request being served (for ``api_errors``)
+    sim_call: str | None = None
 
     def setup(self) -> None:
         self.request.settimeout(30)
@@ -353,6 +356,8 @@ class SimServer:
         self._fault_lock = threading.Lock()
         self._pod_fault_state: dict[str, dict[str, Any]] = {}
         self._counts: Counter[str] = Counter()
+        #: ``"<verb> <resource> <code> <reason>"`` -> how many resource requests got that Status
+        self._errors: Counter[str] = Counter()
         self._count_lock = threading.Lock()
         self.tls_handshakes = 0
         self._httpd: _TLSServer | None = None
@@ -422,6 +427,12 @@ class SimServer:
         with self._count_lock:
             return dict(sorted(self._counts.items()))
 
+    def api_errors(self) -> dict[str, int]:
+        """Counts of resource requests answered with an error ``Status``, as
+        ``"<verb> <resource> <code> <reason>"`` (``patch deployments 409 Conflict``)."""
+        with self._count_lock:
+            return dict(sorted(self._errors.items()))
+
     def count_handshake(self) -> None:
         """Count one completed TLS handshake (one accepted client connection)."""
         with self._count_lock:
@@ -434,6 +445,7 @@ class SimServer:
     # ---------------- request entry ----------------
     def handle(self, h: _Handler) -> None:
         """Serve one request on handler ``h`` (any method)."""
+        h.sim_call = None
         try:
             body = self._read_body(h)
             code, headers, payload = self._route(h, body)
@@ -448,6 +460,10 @@ class SimServer:
         except ApiError as e:
             code, headers, payload = e.code, [("Content-Type", "application/json")], \
                 json.dumps(e.status()).encode()
+            call = getattr(h, "sim_call", None)
+            if call is not None:
+                with self._count_lock:
+                    self._errors[f"{call} {e.code} {e.reason}"] += 1
         except Exception as e:  # pragma: no cover - a bug must still answer
             err = ApiError(500, "InternalError", f"Internal error occurred: {e!r}")
             code, headers, payload = 500, [("Content-Type", "application/json")], \
@@ -701,7 +717,7 @@ class SimServer:
 
     def state(self) -> Obj:
         """``/sim/v1/state``: every pod record (deleted ones too), the request counts,
-        ``tls_handshakes`` (client connections whose TLS handshake completed, WebSockets
+        ``api_errors`` (error answers per verb, resource, code and reason), ``tls_handshakes`` (client connections whose TLS handshake completed, WebSockets
         included), and
         ``faults``: ``api`` (per ``faults.api`` rule: matched, fired), ``vllm_failed``,
         ``tokens_expired`` (401s of used-up tokens) and ``pods`` (pod uid -> what its faults
@@ -712,8 +728,8 @@ class SimServer:
         with self._fault_lock:
             faults["pods"] = {uid: dict(st) for uid, st in self._pod_fault_state.items()}
         return {"pods": [r.state(cache) for r in self.cluster.records()],
-                "api_requests": self.api_requests(), "tls_handshakes": self.tls_handshakes,
-                "faults": faults}
+                "api_requests": self.api_requests(), "api_errors": self.api_errors(),
+                "tls_handshakes": self.tls_handshakes, "faults": faults}
 
     # ---------------- resources ----------------
     def _resource(self, h: _Handler, user: str, method: str, group: str, version: str,
@@ -749,6 +765,7 @@ class SimServer:
         else:
             verb = _METHOD_VERB.get(method, method.lower())
         self._count(verb, resource)
+        h.sim_call = f"{verb} {resource}"
         self._authorize(user, verb, resource, group, ns, name)
         self._api_fault(verb, resource, ns, name, user)
         dry = query.get("dryRun") == "All"
@@ -1097,6 +1114,9 @@ class SimServer:
         locals_: dict[int, socket.socket] = {}
         fds: dict[int, Callable[[], bool]] = {}
         sandbox_id = rec.uid.replace("-", "") * 2
+        # fault: after this many bytes from the pod the connection drops, without a close frame
+        cut = self._pod_faults(rec).get("portforward_cut")
+        relayed = [0]
 
         for i, port in enumerate(ports):
             le = port.to_bytes(2, "little")
@@ -1134,6 +1154,17 @@ class SimServer:
                 if not data:
                     return False
                 ws.send(2 * idx, data)
+                relayed[0] += len(data)
+                if cut and relayed[0] >= cut:
+                    with self._fault_lock:
+                        st = self._pod_fault_state.setdefault(rec.uid, {"pod": name})
+                        st["cut_forwards"] = st.get("cut_forwards", 0) + 1
+                    ws.closed = True
+                    try:
+                        h.connection.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    return False
                 return True
             fds[mine.fileno()] = pump
 
@@ -1305,6 +1336,10 @@ class SimServer:
                            f"error trying to reach service: dial tcp {ip}:{port}: connect: "
                            "connection refused")
         code, rheaders, rbody = result
+        if isinstance(rbody, StreamBody) and h.command != "HEAD":
+            # a streamed completion goes through the proxy chunk by chunk, as the API server's
+            # reverse proxy flushes it: the request runs in the fake vLLM while it is read
+            raise _Stream(rbody.chunks())
         out = [(k, v) for k, v in rheaders if k.lower() not in _HOP_BY_HOP]
         return code, out, rbody
 

@@ -1,6 +1,6 @@
 """Emulation of the llm-d routing sidecar (P/D proxy in front of vLLM in the same pod).
 
-Behaviour (research/llmd.md §2.4; llm-d-inference-scheduler ``pkg/sidecar/proxy/proxy.go``
+Behaviour (llm-d-inference-scheduler ``pkg/sidecar/proxy/proxy.go``
 ``createRoutes``, legacy llm-d-routing-sidecar ``internal/proxy/proxy.go``):
 
 - ``GET /health`` is answered by the sidecar itself (200, empty body), so it says nothing about

@@ -210,6 +210,8 @@ BUILTIN_TYPES: list[ResourceType] = [
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),
     ResourceType("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, ("pvc",),
                  subresources=("status",)),
+    ResourceType("", "v1", "persistentvolumes", "PersistentVolume", False, ("pv",),
+                 subresources=("status",)),
     ResourceType("", "v1", "events", "Event", True, ("ev",)),
     ResourceType("apps", "v1", "deployments", "Deployment", True, ("deploy",),
                  subresources=("status", "scale"), categories=("all",)),
@@ -553,7 +555,12 @@ def json_patch(doc: Obj, ops: Any) -> Obj:
             add(path, copy.deepcopy(get(op["from"])))
         elif kind == "test":
             if get(path) != op.get("value"):
-                raise ApiError(422, "Invalid", f"testing value {path} failed")
+                # k8s.io/apiserver handlers/patch.go ``applyJSPatch``: the json-patch error
+                # becomes a 422 through ``NewGenericServerResponse`` (reason Invalid, the
+                # library's text as a cause)
+                raise ApiError(422, "Invalid", "the server rejected our request due to an error in our request",
+                               {"causes": [{"reason": "UnexpectedServerResponse",
+                                            "message": f"testing value {path} failed: test failed"}]})
         else:
             raise bad_request(f"unexpected json patch operation {kind!r}")
     if not isinstance(out, dict):
@@ -923,6 +930,12 @@ class Store:
                     "include: " + ", ".join(accepted))
             if not isinstance(new, dict):
                 raise bad_request("patch result is not an object")
+            asked = (new.get("metadata") or {}).get("resourceVersion")
+            if asked and asked != cur["metadata"]["resourceVersion"]:
+                # a resourceVersion the patch itself writes is the update's precondition: the
+                # registry's Update refuses a stale one with 409 Conflict, never retried
+                # (k8s.io/apiserver pkg/registry/generic/registry/store.go ``Update``)
+                raise conflict(rtype, name)
             new.setdefault("metadata", {})["resourceVersion"] = cur["metadata"]["resourceVersion"]
             try:
                 # the real server retries a patch internally on a concurrent update

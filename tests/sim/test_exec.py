@@ -13,15 +13,13 @@ from typing import Any
 
 import pytest
 
+from tests.beside import llm_d_fixture
 from tests.sim.__main__ import Simulator, bwrap_works
 from tests.sim.controllers import PodRecord
 from tests.sim.execsandbox import exec_failure_message
 from tests.sim.scenario import parse_scenario
 from tests.sim.server import SimServer
 from tests.sim.wsstream import is_upgrade
-
-REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO / ".." / "shared" / "fixtures" / "llm-d"
 
 kubernetes = pytest.importorskip("kubernetes")
 from kubernetes import client as k8s_client  # noqa: E402
@@ -33,20 +31,11 @@ PY_RESET = ("import urllib.request;print(urllib.request.urlopen(urllib.request.R
             ".status)")
 
 
-def _fixture(prefix: str) -> Path:
-    if not FIXTURES.is_dir():
-        pytest.skip("../shared/fixtures/llm-d is absent (shared material beside the repository)")
-    found = sorted(FIXTURES.glob(f"{prefix}*.yaml"))
-    if not found:
-        pytest.skip(f"fixture {prefix}* missing")
-    return found[0]
-
-
 @pytest.fixture(scope="module")
 def xsim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulator]:
     if not bwrap_works():
         pytest.skip("bubblewrap cannot run here: exec runs commands in the pod sandbox")
-    f02 = _fixture("02-")
+    f02 = llm_d_fixture("02-")
     s = Simulator([str(f02)], namespace="llm", dev_mode="on", ready_delay=0.05, sandbox=True,
                   scenario=parse_scenario({"replicas": {"deployment/pd-disaggregation-nvidia-"
                                                         "gpu-vllm-prefill": 1}}),

@@ -1,4 +1,4 @@
-"""Unit tests for the fake vLLM server (tests/sim/fakevllm.py) against research/vllm.md."""
+"""Unit tests for the fake vLLM server (tests/sim/fakevllm.py) against vLLM's behaviour per release."""
 
 from __future__ import annotations
 

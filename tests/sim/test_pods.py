@@ -1,7 +1,8 @@
-"""PodRuntime tests over the llm-d fixtures (research/llmd.md §2.1) and version behaviours."""
+"""PodRuntime tests over the llm-d fixtures and version behaviours."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from pathlib import Path
@@ -10,13 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.beside import LLM_D_FIXTURES, llm_d_fixture, needs_beside
 from tests.sim.pods import PodContext, PodRuntime
 from tests.sim.sandbox import bwrap_available
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
-FIXTURES = SHARED / "fixtures" / "llm-d"
-
-needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared/fixtures/llm-d is absent (sibling checkout)")
+needs_fixtures = needs_beside(LLM_D_FIXTURES)
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap (bwrap) missing or cannot create namespaces")
 
 LWS_ENV = {"LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0", "LWS_LEADER_ADDRESS": "wide-ep-0.wide-ep.default"}
@@ -24,7 +23,7 @@ LWS_ENV = {"LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0", "LWS_LEADER_ADDRESS":
 
 def load_templates(fixture_prefix: str) -> dict[str, dict[str, Any]]:
     """Workload name -> pod spec, for the Deployments / LWS worker templates of one fixture."""
-    path = next(FIXTURES.glob(f"{fixture_prefix}*.yaml"))
+    path = llm_d_fixture(fixture_prefix)
     out: dict[str, dict[str, Any]] = {}
     for doc in yaml.safe_load_all(path.read_text()):
         if not isinstance(doc, dict):
@@ -159,6 +158,12 @@ def test_fixture05_tiers_warm_and_version_semantics(tmp_path: Path) -> None:
     assert len(bins) == 4 and all("_r0/" in f and "_g0/" in f for f in bins)
     # the files really are on the PVC's host directory
     pvc = tmp_path / "pvc" / "llm-d-kv-cache-storage"
+    # vLLM's run record: model_name is the model, and its canonical JSON hashes to the name
+    (cfg,) = pvc.rglob("config.json")
+    record = json.loads(cfg.read_text())
+    assert record["model_name"] == "Qwen/Qwen3-32B" and cfg.read_text().startswith('{\n  "')
+    canonical = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    assert cfg.parent.name == "Qwen_Qwen3-32B_" + hashlib.sha256(canonical).hexdigest()[:12]
     assert len([p for p in pvc.rglob("*") if p.is_file()]) == 5
     assert len(st["shm_files"]) == 1 and st["shm_files"][0].startswith("/dev/shm/vllm_offload_")
     # /dev/shm of this pod is the dshm volume (mounted over the pod shm dir)

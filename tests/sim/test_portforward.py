@@ -7,11 +7,11 @@ import http.client
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.beside import llm_d_fixture
 from tests.sim.__main__ import Simulator
 from tests.sim.podhttp import serve_in_thread
 
@@ -20,15 +20,10 @@ from kubernetes import client as k8s_client  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402
 from kubernetes.stream import portforward  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO / ".." / "shared" / "fixtures" / "llm-d"
-
 
 @pytest.fixture(scope="module")
 def psim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulator]:
-    if not FIXTURES.is_dir():
-        pytest.skip("../shared/fixtures/llm-d is absent (shared material beside the repository)")
-    f02 = sorted(FIXTURES.glob("02-*.yaml"))[0]
+    f02 = llm_d_fixture("02-")
     # no sandbox needed: a literal `vllm serve` argv is read as written
     s = Simulator([str(f02)], namespace="llm", dev_mode="on", ready_delay=0.05, sandbox=False,
                   state_dir=tmp_path_factory.mktemp("psim") / "state")

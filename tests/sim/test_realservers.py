@@ -73,9 +73,20 @@ def test_manifest_refused_at_load_naming_object_container_and_flag(tmp_path: Pat
         check_manifest_object(dep, frozenset({"vllm"}))
     shell = {"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{
         "name": "vllm", "image": "vllm/vllm-openai:v0.32.0",
-        "command": ["/bin/sh", "-c"], "args": ["exec vllm serve m --data-parallel-size 2"]}]}}
-    with pytest.raises(ValueError, match="--data-parallel-size 2"):
+        "command": ["/bin/sh", "-c"], "args": ["exec vllm serve m --data-parallel-size 2 --data-parallel-rank 0"]}]}}
+    with pytest.raises(ValueError, match="--data-parallel-size 2 with --data-parallel-rank: only internal"):
         check_manifest_object(shell, frozenset({"vllm"}))
+
+
+def test_data_parallel_runs_only_behind_one_api_server() -> None:
+    """``--data-parallel-size N`` alone (internal load balancing) runs on the CPU build; the forms
+    that put a server per rank or split the ranks over hosts are refused, naming the flag."""
+    assert cpu_refusals(["vllm", "serve", "m", "--data-parallel-size", "2"]) == []
+    assert cpu_refusals(["vllm", "serve", "m", "-dp", "2", "--data-parallel-size-local", "2"]) == []
+    [why] = cpu_refusals(["vllm", "serve", "m", "--data-parallel-size", "2", "--data-parallel-multi-port-external-lb"])
+    assert why.startswith("--data-parallel-size 2 with --data-parallel-multi-port-external-lb: ")
+    [why] = cpu_refusals(["vllm", "serve", "m", "--data-parallel-size=4", "--data-parallel-size-local", "2"])
+    assert "--data-parallel-size-local" in why
 
 
 def test_serve_refuses_the_manifest_and_exits_2(tmp_path: Path,

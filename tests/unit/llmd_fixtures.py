@@ -1,4 +1,4 @@
-"""Load the llm-d fixture manifests kept next to the repository (``../shared/fixtures/llm-d``)."""
+"""Load the llm-d fixture manifests kept beside the repository (``tests/beside.py``)."""
 
 from __future__ import annotations
 
@@ -6,20 +6,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "llm-d"
+from tests.beside import llm_d_fixture
 
 
 def fixture_path(prefix: str) -> Path:
     """The fixture file whose name starts with ``prefix``; skips the test when absent."""
-    if not FIXTURES.is_dir():
-        pytest.skip(f"llm-d fixtures not found at {FIXTURES} (the shared directory is absent)")
-    matches = sorted(FIXTURES.glob(f"{prefix}*.yaml"))
-    if not matches:
-        pytest.skip(f"no fixture {prefix}*.yaml in {FIXTURES}")
-    return matches[0]
+    return llm_d_fixture(prefix)
 
 
 def pod_templates(prefix: str) -> Iterator[tuple[str, Mapping[str, Any]]]:

@@ -19,6 +19,7 @@ from kubectl_kvreset.devmode import (
     managing_controllers,
     owner_templates,
     read_template_dev_mode,
+    read_template_dev_modes,
     vllm_accepts,
 )
 from tests.sim.store import ApiError, json_patch
@@ -294,3 +295,43 @@ def test_every_fixture_owner_enables_once_and_disables(prefix: str) -> None:
         assert all(entries == [] for entries in dev_entries(off))
         assert all(read_template_dev_mode(r).state == "off" for r in owner_templates(off))
     assert patched >= 1
+
+
+def two_models(second_env: list[dict[str, Any]]) -> dict[str, Any]:
+    """A Deployment whose pods run vLLM twice (model-a on 8000 with dev mode on, model-b on
+    8001 with ``second_env``), behind a sidecar."""
+    a = vllm([{"name": DEV_MODE_ENV, "value": "1"}], name="model-a", command=["vllm", "serve", "a", "--port", "8000"])
+    b = vllm(second_env, name="model-b", command=["vllm", "serve", "b", "--port", "8001"])
+    obj = deployment(a)
+    obj["spec"]["template"]["spec"]["containers"].append(b)
+    return obj
+
+
+@pytest.mark.parametrize("second", [[{"name": DEV_MODE_ENV, "value": "true"}], [{"name": DEV_MODE_ENV, "value": "0"}],
+                                    [], None])
+def test_every_vllm_container_is_read_and_patched(second: list[dict[str, Any]] | None) -> None:
+    obj = two_models(second or [])
+    if second is None:
+        del obj["spec"]["template"]["spec"]["containers"][2]["env"]
+    (ref,) = owner_templates(obj)
+    readings = read_template_dev_modes(ref)
+    assert [(r.container, r.state) for r in readings] == [
+        ("model-a", "on"), ("model-b", "invalid" if second and second[0]["value"] == "true" else "off")]
+    assert read_template_dev_mode(ref, container="model-b") == readings[1]
+    after = json_patch(obj, dev_mode_patch(obj, enable=True))
+    containers = after["spec"]["template"]["spec"]["containers"]
+    assert containers[0] == SIDECAR
+    for c in containers[1:]:
+        assert [e for e in c["env"] if e["name"] == DEV_MODE_ENV] == [{"name": DEV_MODE_ENV, "value": "1"}], c
+    assert dev_mode_patch(after, enable=True) == []
+    off = json_patch(after, dev_mode_patch(after, enable=False))
+    assert all(r.state == "off" for r in read_template_dev_modes(owner_templates(off)[0]))
+
+
+def test_patch_carries_the_resource_version_it_was_built_from() -> None:
+    obj = deployment(vllm([{"name": "A", "value": "a"}]), resourceVersion="41")
+    ops = dev_mode_patch(obj, enable=True)
+    assert ops[0] == {"op": "replace", "path": "/metadata/resourceVersion", "value": "41"}
+    assert json_patch(obj, ops)["metadata"]["resourceVersion"] == "41"  # the server compares it, then bumps it
+    done = json_patch(obj, ops)
+    assert dev_mode_patch(done, enable=True) == []  # nothing to send: no precondition alone

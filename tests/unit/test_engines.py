@@ -5,7 +5,6 @@ text of a reset answer that speaks for engine 0 only."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -13,8 +12,8 @@ from kubectl_kvreset.job.outcome import engine_zero_only
 from kubectl_kvreset.job.probes import needs_engine_labels
 from kubectl_kvreset.pods import ApiPort
 from kubectl_kvreset.vllm_api import EngineCount, MetricsParseError, engine_count, engine_labels, engine_list
-
-SAMPLE = Path(__file__).resolve().parents[2] / ".." / "shared" / "research" / "vllm-metrics-sample.txt"
+from tests.beside import METRICS_SAMPLE as SAMPLE
+from tests.beside import require_beside
 
 
 def scrape(*engines: str, extra: str = "") -> str:
@@ -42,8 +41,7 @@ def test_engine_labels_are_the_vllm_families_engine_values_in_numeric_order() ->
 
 
 def test_engine_labels_of_the_recorded_scrape() -> None:
-    if not SAMPLE.exists():
-        pytest.skip(f"{SAMPLE} not present (the shared research fixtures)")
+    require_beside(SAMPLE)
     assert engine_labels(SAMPLE.read_text()) == ("0",)
 
 
@@ -98,26 +96,29 @@ def test_the_row_names_the_engines_and_the_source() -> None:
 
 
 class _Caller:
-    """A stand-in for :class:`~kubectl_kvreset.podapi.PodCaller`: answers by path, records paths."""
+    """A stand-in for :class:`~kubectl_kvreset.podapi.PodCaller`: answers by path, records paths.
+    ``metrics``: the ``/metrics`` answers in turn (the last one repeats)."""
 
-    def __init__(self, version: str, metrics: tuple[int, str]) -> None:
+    def __init__(self, version: str, *metrics: tuple[int, str]) -> None:
         self.version = version
-        self.metrics = metrics
+        self.metrics = list(metrics)
         self.paths: list[str] = []
+        self.sleeps: list[float] = []
 
     def call(self, ref: object, port: int, method: str, path: str, query: object = (), *, scheme: str = "http",
-             timeout_s: float) -> object:
+             timeout_s: float, max_bytes: int = 0) -> object:
         from kubectl_kvreset.kube import HttpAnswer
 
         self.paths.append(path)
         if path == "/version":
             return HttpAnswer(200, {}, json.dumps({"version": self.version}).encode())
         if path == "/metrics":
-            return HttpAnswer(self.metrics[0], {}, self.metrics[1].encode())
+            status, text = self.metrics.pop(0) if len(self.metrics) > 1 else self.metrics[0]
+            return HttpAnswer(status, {}, text.encode())
         return HttpAnswer(404, {}, b'{"detail":"Not Found"}')
 
     def sleep(self, seconds: float) -> None:
-        raise AssertionError("the engine count is read once, without retries")
+        self.sleeps.append(seconds)
 
     def stop(self) -> bool:
         return False
@@ -157,10 +158,78 @@ def test_an_unreadable_metrics_keeps_the_flags_count_with_a_note() -> None:
     pod = _pod(["--data-parallel-size", "2"])
     caller = _Caller("0.26.0", (500, "Internal Server Error"))
     (probe,) = probe_pods(caller, [pod], 4, None, dev_mode_on)
-    assert probe.engines is None and probe.engines_failure == "GET /metrics answered 500"
+    # read as the metrics command reads it: three calls, 0.5 s then 1 s apart
+    assert caller.paths.count("/metrics") == 3 and caller.sleeps == [0.5, 1.0]
+    assert probe.engines is None and probe.engines_failure == "GET /metrics answered 500 (3 tries)"
     applied = apply_probe(pod, probe)
-    assert applied.serve.engines_per_port == 2
-    assert any("GET /metrics not read (GET /metrics answered 500)" in n for n in applied.notes), applied.notes
-    one = _pod([])  # one engine by the flags: nothing to say
+    assert applied.serve.engines_per_port == 2 and applied.serve.engines_unknown is None
+    assert any("GET /metrics not read (GET /metrics answered 500 (3 tries))" in n for n in applied.notes), applied.notes
+    one = _pod([])  # one engine by the flags: still said, engines set elsewhere are not known
     (probe,) = probe_pods(_Caller("0.26.0", (500, "")), [one], 4, None, dev_mode_on)
-    assert not any("/metrics" in n for n in apply_probe(one, probe).notes)
+    notes = apply_probe(one, probe).notes
+    assert any("the serve flags' count (1) is used, and engines set outside the flags are not known" in n
+               for n in notes), notes
+
+
+def test_a_metrics_that_fails_once_still_counts_the_engines() -> None:
+    from kubectl_kvreset.job.planning import dev_mode_on
+    from kubectl_kvreset.job.probes import apply_probe, probe_pods
+
+    pod = _pod([])
+    caller = _Caller("0.26.0", (500, "Internal Server Error"), (200, scrape("0", "1", "2", "3")))
+    (probe,) = probe_pods(caller, [pod], 4, None, dev_mode_on)
+    assert caller.paths.count("/metrics") == 2 and probe.engines == ("0", "1", "2", "3")
+    assert apply_probe(pod, probe).serve.engines_per_port == 4
+
+
+def test_a_count_neither_source_gives_is_unknown() -> None:
+    why = "--data-parallel-size $(DP): DP: not permitted to read Secret/dp"
+    got = engine_count(1, None, unread="GET /metrics answered 500 (3 tries)", port=8000, flags_unknown=why)
+    assert got.count == 1 and got.source == "flags"
+    assert got.unknown == f"{why}; GET /metrics not read (GET /metrics answered 500 (3 tries))"
+    assert got.note == f"data-parallel engines behind port 8000 not known: {got.unknown}"
+    # a scrape without the label does not give it either
+    assert engine_count(1, (), flags_unknown=why).unknown == f"{why}; GET /metrics shows no engine label"
+    # the labels settle it
+    counted = engine_count(1, ("0", "1"), port=8000, flags_unknown=why)
+    assert counted.unknown is None and counted.count == 2 and counted.source == "metrics"
+    assert counted.note is not None and "the serve flags do not establish the count" in counted.note
+
+
+def test_a_count_from_a_secret_is_never_written() -> None:
+    unread = engine_count(7, None, unread="GET /metrics answered 500", port=8000, flags_secret=True)
+    assert unread.count == 7 and unread.unknown is None
+    assert unread.note is not None and "7" not in unread.note and "from a Secret, not shown" in unread.note
+    labelled = engine_count(7, ("0", "1"), port=8000, flags_secret=True)
+    assert labelled.note is not None and "7" not in labelled.note and "(not shown)" in labelled.note
+    port = ApiPort(8000, "http")
+    row = engine_zero_only("0.26.0", 7, port, secret=True)
+    assert row is not None and "7" not in row and "read from a Secret, not shown" in row
+    # counted by the labels, the count is the server's own answer, not the Secret's
+    assert "engines 1-6 of the 7" in (engine_zero_only("0.26.0", 7, port, tuple(str(i) for i in range(7)),
+                                                       secret=True) or "")
+
+
+def test_an_unknown_count_is_never_confirmed_by_engine_zero() -> None:
+    port = ApiPort(8000, "http")
+    row = engine_zero_only("0.26.0", 1, port, unknown="--data-parallel-size $(DP): not read")
+    assert row is not None and row.startswith(
+        "vLLM 0.26.0 answers the reset for engine 0 only, and the number of data-parallel engines behind port "
+        "8000 is not known (--data-parallel-size $(DP): not read)")
+    assert engine_zero_only(None, 1, port, unknown="x") is not None  # an unknown build: engine 0 only
+    # 0.32.0 ANDs every engine's answer: the count does not matter
+    assert engine_zero_only("0.32.0", 1, port, unknown="x") is None
+
+
+def test_apply_probe_keeps_an_unknown_count_when_metrics_fails() -> None:
+    from kubectl_kvreset.job.planning import dev_mode_on
+    from kubectl_kvreset.job.probes import apply_probe, probe_pods
+
+    pod = _pod(["--data-parallel-size", "$(DP)"])
+    assert pod.serve.engines_unknown is not None and "$(DP)" in pod.serve.engines_unknown
+    (probe,) = probe_pods(_Caller("0.26.0", (500, "")), [pod], 4, None, dev_mode_on)
+    applied = apply_probe(pod, probe)
+    assert applied.serve.engines_unknown is not None and "GET /metrics not read" in applied.serve.engines_unknown
+    (probe,) = probe_pods(_Caller("0.26.0", (200, scrape("0", "1"))), [pod], 4, None, dev_mode_on)
+    applied = apply_probe(pod, probe)
+    assert applied.serve.engines_unknown is None and applied.serve.engines_per_port == 2

@@ -3,6 +3,7 @@ model-only matching, and the program that runs in the pod (run here on a local d
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 import shutil
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from kubectl_kvreset.discovery import VllmPod, describe_pod
 from kubectl_kvreset.fstier import (
+    CLEAR_PROGRAM,
     CLEAR_SCRIPT,
     FsVolumeTarget,
     MountedVolume,
@@ -331,16 +333,25 @@ def test_dev_shm_root_is_refused_even_when_mounted() -> None:
     ("Qwen_Qwen3-0.6B_0123456789ab.tmp", False), ("Qwen_Qwen3-0.6B", False),
 ])
 def test_model_dir_names(name: str, ok: bool) -> None:
-    assert is_model_dir(name, ["Qwen_Qwen3-0.6B"]) is ok
+    assert is_model_dir(name, ["Qwen/Qwen3-0.6B"]) is ok
 
 
-def test_model_prefixes_come_from_model_and_served_name() -> None:
+def test_the_model_selects_never_the_served_name() -> None:
     p = pod("p", ktc_fs("/mnt/files-storage"), model="/models/llama")
-    assert model_dir_prefixes(p) == ("_models_llama",)
+    assert model_dir_prefixes(p) == ("/models/llama",)
     (t,) = plan_fs_clear([p], [p], model_only=True)
-    assert t.model_only and t.models == ("_models_llama",)
+    assert t.model_only and t.models == ("/models/llama",)
     (t,) = plan_fs_clear([p], [p])
     assert not t.model_only and t.models == ()
+    # vLLM names the directories from the model only (vllm/v1/kv_offload/config.py)
+    obj = dict(p.raw)
+    obj["spec"] = dict(obj["spec"])
+    ctr = dict(obj["spec"]["containers"][0])
+    ctr["args"] = [*ctr["args"], "--served-model-name", "org/victim"]
+    obj["spec"]["containers"] = [ctr]
+    served = describe_pod(obj)
+    assert served is not None and served.serve.served_model_name == "org/victim"
+    assert model_dir_prefixes(served) == ("/models/llama",)
 
 
 # ----------------------------------------------------------------------------- the program in the pod
@@ -353,10 +364,22 @@ def run_script(root: str, *extra: str) -> tuple[int, dict[str, Any]]:
     return done.returncode, json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def vllm_record(model: str, **more: Any) -> tuple[str, str]:
+    """(directory name, config.json text) as vLLM's FileMapper and FS tier write them."""
+    fields = {"model_name": model, "tokens_per_hash": 16, "blocks_per_file": 1, "tp_size": 1, "pp_size": 1,
+              "pcp_size": 1, "dcp_size": 1, "dtype": "torch.bfloat16", "kv_cache_groups": [],
+              "inference_engine": "vllm", **more}
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+    return f"{model.replace('/', '_')}_{digest}", json.dumps(fields, indent=2, sort_keys=True)
+
+
+QWEN_DIR, QWEN_RECORD = vllm_record("Qwen/Qwen3-0.6B")
+
+
 def make_tree(root: Path, outside: Path) -> None:
-    base = "Qwen_Qwen3-0.6B_0123456789ab"
+    base = QWEN_DIR
     (root / base).mkdir(parents=True)
-    (root / base / "config.json").write_text("{}")
+    (root / base / "config.json").write_text(QWEN_RECORD)
     blocks = root / (base + "_r0") / "abc" / "de_g0"
     blocks.mkdir(parents=True)
     for i in range(3):
@@ -379,7 +402,7 @@ def test_script_empties_children_never_the_root_and_never_follows_links(
     monkeypatch.chdir(tmp_path)
     code, doc = run_script(str(root))
     assert code == 0, doc
-    assert doc["before"] == {"files": 8, "bytes": 1 + 300 + 10 + 2, "dirs": 7}
+    assert doc["before"] == {"files": 8, "bytes": 1 + 300 + 10 + len(QWEN_RECORD), "dirs": 7}
     assert doc["after"] == {"files": 0, "bytes": 0, "dirs": 0}
     assert root.is_dir() and list(root.iterdir()) == []
     assert (outside / "keep.txt").read_text() == "keep"
@@ -389,11 +412,19 @@ def test_script_empties_children_never_the_root_and_never_follows_links(
 def test_script_model_only(tmp_path: Path) -> None:
     root = tmp_path / "tier"
     make_tree(root, tmp_path / "outside")
-    code, doc = run_script(str(root), "Qwen_Qwen3-0.6B")
+    code, doc = run_script(str(root), "Qwen/Qwen3-0.6B")
     assert code == 0, doc
-    assert doc["before"]["files"] == 5 and doc["after"]["files"] == 0
-    assert doc["others"]["files"] == 3
-    assert sorted(p.name for p in root.iterdir()) == ["$(touch canary)", "link-to-outside", "other_fedcba987654_r0"]
+    # the record (config.json) is kept: vLLM writes it once at start, and it alone names the model
+    assert doc["before"]["files"] == 4 and doc["after"]["files"] == 0
+    assert doc["others"]["files"] == 3 and doc["unidentified"] == []
+    assert sorted(p.name for p in root.iterdir()) == [
+        "$(touch canary)", QWEN_DIR, "link-to-outside", "other_fedcba987654_r0"]
+    assert [p.name for p in (root / QWEN_DIR).iterdir()] == ["config.json"]
+    # a second run finds the blocks written since by their record
+    (root / (QWEN_DIR + "_r0") / "abc").mkdir(parents=True)
+    (root / (QWEN_DIR + "_r0") / "abc" / "new.bin").write_bytes(b"n")
+    code, doc = run_script(str(root), "Qwen/Qwen3-0.6B")
+    assert code == 0 and doc["before"]["files"] == 1 and doc["after"]["files"] == 0, doc
 
 
 def test_script_count_only_changes_nothing(tmp_path: Path) -> None:
@@ -509,10 +540,10 @@ def test_run_fs_clear_with_python(tmp_path: Path) -> None:
     kube = LocalKube()
     res = run_fs_clear(kube, target_for(root))  # type: ignore[arg-type]
     assert res.result == "emptied" and res.method == "python3", res
-    assert (res.files_before, res.bytes_before, res.files_after, res.bytes_after) == (8, 313, 0, 0)
+    assert (res.files_before, res.bytes_before, res.files_after, res.bytes_after) == (8, 311 + len(QWEN_RECORD), 0, 0)
     assert list(root.iterdir()) == [] and (tmp_path / "outside" / "keep.txt").exists()
     (pod_name, argv), = kube.calls
-    assert argv[:4] == ["python3", "-I", "-c", CLEAR_SCRIPT] and argv[4] == str(root)
+    assert argv[:4] == ["python3", "-I", "-c", CLEAR_PROGRAM] and argv[4] == str(root)
 
 
 def test_run_fs_clear_falls_back_to_find(tmp_path: Path) -> None:
@@ -523,18 +554,19 @@ def test_run_fs_clear_falls_back_to_find(tmp_path: Path) -> None:
     kube = LocalKube(no_python=True)
     res = run_fs_clear(kube, target_for(root))  # type: ignore[arg-type]
     assert res.result == "emptied" and res.method == "find", res
-    assert res.files_before == 8 and res.bytes_before == 313 and res.files_after == 0
+    assert res.files_before == 8 and res.bytes_before == 311 + len(QWEN_RECORD) and res.files_after == 0
     assert root.is_dir() and list(root.iterdir()) == []
     assert (tmp_path / "outside" / "keep.txt").read_text() == "keep"
     assert all(argv[0] in ("python3", "find") for _, argv in kube.calls)
 
 
-def test_run_fs_clear_find_model_only(tmp_path: Path) -> None:
+def test_run_fs_clear_find_model_only_cannot_read_records_so_leaves(tmp_path: Path) -> None:
     root = tmp_path / "tier"
     make_tree(root, tmp_path / "outside")
-    res = run_fs_clear(LocalKube(no_python=True), target_for(root, models=("Qwen_Qwen3-0.6B",)))  # type: ignore[arg-type]
-    assert res.result == "emptied" and res.files_before == 5 and res.files_after == 0, res
-    assert sorted(p.name for p in root.iterdir()) == ["$(touch canary)", "link-to-outside", "other_fedcba987654_r0"]
+    res = run_fs_clear(LocalKube(no_python=True), target_for(root, models=("Qwen/Qwen3-0.6B",)))  # type: ignore[arg-type]
+    assert res.result == "left" and res.files_before == 5 and res.files_after == 5, res
+    assert res.message and "--whole-tier" in res.message and "config.json" in res.message
+    assert len(res.unidentified) == 2 and len(list(root.iterdir())) == 5
 
 
 def test_run_fs_clear_find_refuses_symlink_root(tmp_path: Path) -> None:
@@ -627,3 +659,20 @@ def test_run_fs_clear_lost_status_before_any_answer_is_failed_with_reason(tmp_pa
     res = run_fs_clear(Cut(), target_for(tmp_path))  # type: ignore[arg-type]
     assert res.result == "failed" and res.message
     assert "without an exit status" in res.message and "?" not in res.message and "None" not in res.message
+
+
+def test_the_program_sent_is_the_script_compacted_and_fits_an_8k_request_line() -> None:
+    from urllib.parse import urlencode
+
+    assert [line.strip() for line in CLEAR_PROGRAM.splitlines()] == [
+        line.strip() for line in CLEAR_SCRIPT.splitlines() if line.strip() and not line.strip().startswith("#")]
+    from kubectl_kvreset.stores.lmcachekey import disk_name_regex
+
+    # a long namespace, a 63-character pod name, a deep root, a long model name
+    for argv in (python_argv("/mnt/files-storage/" + "k" * 30, ["meta-llama/Llama-3.1-70B-Instruct"], model_only=True),
+                 python_argv("/mnt/lmcache/" + "k" * 30, ["meta-llama-Llama-3.1-70B-Instruct@"], file_suffix=".pt",
+                             layout=disk_name_regex(), model_only=True)):
+        line = (f"GET /api/v1/namespaces/{'n' * 40}/pods/{'p' * 63}/exec?"
+                + urlencode([("command", a) for a in argv] + [("container", "vllm"), ("stdout", "true"),
+                                                             ("stderr", "true")]) + " HTTP/1.1")
+        assert len(line) < 8192, (len(line), argv[5:])

@@ -106,8 +106,9 @@ def test_status_body_is_told_apart_from_a_vllm_answer() -> None:
 
 
 def test_redact_hides_tokens() -> None:
-    from kubectl_kvreset.cli.options import redact
+    from kubectl_kvreset.redact import MASK, redact_text
 
-    text = redact("Authorization: Bearer abc.def-123 and token: s3cr3t, password=hunter2")
+    # an Authorization header is masked to the end of its line: the others on a line of their own
+    text = redact_text("Authorization: Bearer abc.def-123 and\ntoken: s3cr3t, password=hunter2")
     assert "abc.def-123" not in text and "s3cr3t" not in text and "hunter2" not in text
-    assert text.count("<redacted>") == 3
+    assert text.count(MASK) >= 3

@@ -1,4 +1,4 @@
-"""The adapter imports only what it uses of the ``kubernetes`` client (kubectl_kvreset/kube.py
+"""The adapter imports only what it uses of the ``kubernetes`` client (kubectl_kvreset/kube/
 ``client_parts``), and the rest of the package still works when something asks for it."""
 
 from __future__ import annotations

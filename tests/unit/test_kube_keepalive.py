@@ -1,4 +1,4 @@
-"""The keep-alive pool of plain requests (kubectl_kvreset/kube.py ``_KeepAlive``) against a local
+"""The keep-alive pool of plain requests (kubectl_kvreset/kube/ ``_KeepAlive``) against a local
 HTTP/1.1 server on the loopback: connections are reused and bounded, one the server closed while
 idle is replaced without an error, the server URL's own path comes first, and a bound is kept."""
 

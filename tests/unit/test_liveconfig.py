@@ -139,3 +139,23 @@ def test_an_unknown_build_follows_its_openapi_and_its_connector_reset_is_unconfi
     # a dev suffix on a release is that release
     known = pod_plan(pod, Probe("0.26.0.dev3+gabc", None), "none", False)
     assert known.routes == ("/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache") and not known.unconfirmed
+
+
+def test_reconcile_keeps_a_disk_read_from_lmcache_config_file() -> None:
+    """/server_info carries the connector, not the file LMCache reads in the pod: the disk read
+    from LMCACHE_CONFIG_FILE stays, with no disagreement note; a live config naming its own disk wins."""
+    import dataclasses
+
+    from kubectl_kvreset.tiers import KVLayout, Tier
+
+    ktc = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+    spec = layout_from_config(ktc)
+    disk = Tier(TierKind.FS, "LMCacheConnectorV1", None, root_dir="/cache/lmc", tier_type="lmcache_local_disk",
+                from_file="/etc/lmcache/lmcache.yaml")
+    spec = KVLayout(spec.connectors, (*spec.tiers, disk), spec.kv_role)
+    assert reconcile(spec, LiveConfig(True, ktc)) == (spec, None)
+    own = dict(ktc, kv_connector_extra_config={"lmcache.local_disk": "/live/disk"})
+    found, note = reconcile(spec, LiveConfig(True, own))
+    assert [t.root_dir for t in found.tiers if t.kind is TierKind.FS] == ["/live/disk"] and note is not None
+    other = dataclasses.replace(spec, tiers=spec.tiers[:-1])
+    assert reconcile(other, LiveConfig(True, ktc)) == (other, None)

@@ -144,3 +144,62 @@ def test_pod_gone_is_not_retried() -> None:
     kube = FakeKube(proxy=[status(404, "NotFound", 'pods "pod-a" not found')])
     got = reset(caller(kube), REF, 8000, "/reset_prefix_cache", [])
     assert isinstance(got.failure, CallFailure) and got.failure.kind == "pod-gone" and got.calls == 1
+
+
+class FakeClock:
+    """Time that moves only when the code under test sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_a_pod_that_stays_down_is_waited_on_for_the_bound_in_all_not_per_try() -> None:
+    # vLLM refuses every connection and the pod never becomes Ready: the reset's 3 tries (and
+    # the backoff between them) share one 60 s deadline, so the run gives up after about 60 s,
+    # not 60 s per try (a pod down 90 s was waited on for 91 s)
+    refused = status(503, "ServiceUnavailable", "dial tcp 10.0.0.5:8000: connect: connection refused")
+    kube = FakeKube(proxy=[refused], ready=False)
+    clock = FakeClock()
+    pc = PodCaller(kube, Transports("proxy"), ready_wait_s=60, sleep=clock.sleep, clock=clock)  # type: ignore[arg-type]
+    got = reset(pc, REF, 8000, "/reset_prefix_cache", [], clock=clock)
+    assert got.failure is not None and got.failure.kind == "refused"
+    assert "did not become Ready within 60 s" in got.failure.message
+    waited = clock.now - 1000.0
+    assert 60 <= waited <= 60 + 0.5 + 1.0 + 0.01, waited  # the bound, plus the reset's own backoff
+    assert max(clock.slept) <= 1.0  # polled about once a second, never past the deadline
+    # another route of the same pod later in the run: no second 60 s
+    before = clock.now
+    again = reset(pc, REF, 8000, "/reset_mm_cache", [], clock=clock)
+    assert again.failure is not None and clock.now - before <= 0.5 + 1.0 + 0.01
+
+
+def test_the_deadline_lands_exactly_on_the_bound() -> None:
+    kube = FakeKube(ready=False)
+    clock = FakeClock()
+    pc = PodCaller(kube, Transports("proxy"), ready_wait_s=2.5, sleep=clock.sleep, clock=clock)  # type: ignore[arg-type]
+    not_ready = pc.wait_ready(REF)
+    assert not_ready is not None and not_ready.kind == "timeout"
+    assert clock.now - 1000.0 == 2.5 and clock.slept == [1.0, 1.0, 0.5]
+
+
+def test_a_refused_ready_wait_names_the_permission_and_its_role_rule() -> None:
+    class NoGet(FakeKube):
+        def get_object(self, *args: Any) -> dict[str, Any]:
+            raise KubeApiError(403, "Forbidden", 'pods "p" is forbidden: User "alice" cannot get resource "pods" '
+                                                 'in API group "" in the namespace "ns"')
+
+    refused = status(503, "ServiceUnavailable", "dial tcp 10.0.0.5:8000: connect: connection refused")
+    got = reset(caller(NoGet(proxy=[refused])), REF, 8000, "/reset_prefix_cache", [])
+    assert got.failure is not None and got.failure.kind == "forbidden", got
+    msg = got.failure.message
+    assert "connection refused" in msg and "not permitted: get on pods in namespace ns" in msg, msg
+    assert '{apiGroups: [""], resources: [pods], verbs: [get]}' in msg and "rbac/kubectl-kvreset-role.yaml" in msg
+    assert got.calls == 1  # a refusal is not retried

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from kubectl_kvreset.pool import NOT_RUN, Cancel, parallel
+from kubectl_kvreset.pool import IN_FLIGHT, INFLIGHT_BOUND_S, NOT_RUN, Cancel, NotRun, parallel
 
 
 def test_results_in_order_and_bounded() -> None:
@@ -62,5 +62,32 @@ def test_abandon_stops_waiting_for_calls_in_flight() -> None:
     start = time.monotonic()
     got = parallel(range(3), work, 3, cancel)
     release.set()
-    assert got == [NOT_RUN, NOT_RUN, NOT_RUN]
+    assert got == [IN_FLIGHT, IN_FLIGHT, IN_FLIGHT]  # started, not finished: maybe acted on
     assert time.monotonic() - start < 4.5  # not the 5 s the calls would take
+
+
+def test_a_shorter_bound_ends_the_wait_and_tells_started_from_not_started_calls() -> None:
+    cancel = Cancel()
+    release = threading.Event()
+    both = threading.Barrier(2)
+
+    def work(i: int) -> int:
+        both.wait(5)  # items 0 and 1 run at once; the others wait for a worker
+        if i == 0:
+            cancel.set(inflight_bound_s=0.0)  # as SIGTERM does: do not wait for calls in flight
+        release.wait(5)
+        return i
+
+    got = parallel(range(4), work, 2, cancel)
+    release.set()
+    assert got == [IN_FLIGHT, IN_FLIGHT, NOT_RUN, NOT_RUN]
+    assert isinstance(IN_FLIGHT, NotRun)  # a caller that only knows NOT_RUN still sees "no result"
+
+
+def test_set_never_lengthens_the_bound_and_clear_restores_it() -> None:
+    cancel = Cancel()
+    cancel.set(inflight_bound_s=5.0)
+    cancel.set(inflight_bound_s=30.0)
+    assert cancel.inflight_bound_s == 5.0
+    cancel.clear()
+    assert cancel.inflight_bound_s == INFLIGHT_BOUND_S and not cancel.is_set()

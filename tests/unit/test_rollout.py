@@ -346,3 +346,108 @@ def test_read_dev_mode_row() -> None:
     assert (row["dev_mode"], row["value"], row["source"], row["accepted"], row["result"]) == (
         "invalid", "true", "env", False, "read")
     assert "--enable deployment/d" in row["message"]
+
+
+class RacingKube(FakeKube):
+    """FakeKube whose objects carry a ``resourceVersion``, bumped by every write; a patch that
+    writes a stale one gets 409 ``Conflict`` and changes nothing, as the API server answers.
+    ``racers`` run one per PATCH, just before it arrives: other writers changing the owner."""
+
+    def __init__(self, objs: list[dict[str, Any]], racers: list[Any]) -> None:
+        super().__init__(objs)
+        self.racers = list(racers)
+        self.conflicts = 0
+        for o in self.objs.values():
+            o["metadata"]["resourceVersion"] = "1"
+
+    def write(self, name: str, edit: Any) -> None:
+        o = self.objs[("Deployment", name)]
+        edit(o)
+        o["metadata"]["generation"] += 1
+        o["metadata"]["resourceVersion"] = str(int(o["metadata"]["resourceVersion"]) + 1)
+
+    def send_json(self, method: str, path: str, body: Any, *, content_type: str, query: Any = ()) -> dict[str, Any]:
+        if self.racers:
+            self.racers.pop(0)(self)
+        name = path.rsplit("/", 1)[1]
+        o = self.objs[("Deployment", name)]
+        asked = json_patch(o, body)["metadata"].get("resourceVersion")
+        if asked != o["metadata"]["resourceVersion"]:
+            self.conflicts += 1
+            self.patches.append((name, body, content_type))
+            raise KubeApiError(409, "Conflict", f'Operation cannot be fulfilled on deployments.apps "{name}": the '
+                               "object has been modified; please apply your changes to the latest version and try again")
+        out = super().send_json(method, path, body, content_type=content_type, query=query)
+        o["metadata"]["resourceVersion"] = str(int(o["metadata"]["resourceVersion"]) + 1)
+        out["metadata"]["resourceVersion"] = o["metadata"]["resourceVersion"]
+        return out
+
+
+def _env(kube: FakeKube) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = kube.objs[("Deployment", "d")]["spec"]["template"]["spec"]["containers"][0]["env"]
+    return env
+
+
+def test_conflict_with_a_run_that_enabled_first_rereads_and_says_unchanged() -> None:
+    def other_run(k: RacingKube) -> None:  # a second devmode --enable, whose patch lands first
+        k.write("d", lambda o: o["spec"]["template"]["spec"]["containers"][0]["env"].append(
+            {"name": DEV_MODE_ENV, "value": "1"}))
+
+    kube = RacingKube([deployment_obj("d", [{"name": "A", "value": "a"}])], [other_run])
+    res = set_dev_mode(kube, "ns", Owner("Deployment", "d"), enable=True, timeout_s=30)
+    assert res.result == "unchanged" and res.ok and res.state == "on", res.message
+    assert "meanwhile by another writer" in res.message and "nothing sent by this run" in res.message
+    assert kube.conflicts == 1 and len(kube.patches) == 1
+    assert _env(kube) == [{"name": "A", "value": "a"}, {"name": DEV_MODE_ENV, "value": "1"}]
+
+
+def test_conflict_with_an_unrelated_write_rebuilds_and_sends_again() -> None:
+    def others(k: RacingKube) -> None:
+        k.write("d", lambda o: o["spec"]["template"]["spec"]["containers"][0]["env"].insert(
+            0, {"name": "B", "value": "b"}))
+
+    kube = RacingKube([deployment_obj("d", [{"name": "A", "value": "a"}])], [others, others])
+    res = set_dev_mode(kube, "ns", Owner("Deployment", "d"), enable=True, timeout_s=30)
+    assert res.result == "enabled", res.message
+    assert kube.conflicts == 2 and len(kube.patches) == 3
+    assert _env(kube) == [{"name": "B", "value": "b"}, {"name": "B", "value": "b"}, {"name": "A", "value": "a"},
+                          {"name": DEV_MODE_ENV, "value": "1"}]
+
+
+def test_an_owner_that_keeps_changing_fails_after_bounded_retries() -> None:
+    from kubectl_kvreset.rollout import CONFLICT_RETRIES
+
+    def churn(k: RacingKube) -> None:
+        k.write("d", lambda o: o["metadata"].setdefault("labels", {}).update({"n": str(len(k.patches))}))
+
+    kube = RacingKube([deployment_obj("d")], [churn] * 20)
+    res = set_dev_mode(kube, "ns", Owner("Deployment", "d"), enable=True, timeout_s=30)
+    assert res.result == "failed" and "failed twice" in res.message and "has been modified" in res.message, res.message
+    assert len(kube.patches) == CONFLICT_RETRIES + 2 and DEV_MODE_ENV not in str(_env_or_none(kube))
+
+
+def _env_or_none(kube: FakeKube) -> Any:
+    return kube.objs[("Deployment", "d")]["spec"]["template"]["spec"]["containers"][0].get("env")
+
+
+def test_a_cancel_ends_the_wait_and_the_row_says_the_restart_was_requested() -> None:
+    kube = FakeKube([deployment_obj("d")], never_ready=True)
+    stops = iter([False, True])  # no cancel before the patch, then one during the wait
+    res = restart_owner(kube, "ns", Owner("Deployment", "d"), timeout_s=300, stop=lambda: next(stops, True))
+    assert res.result == "interrupted" and res.requested and not res.ok, res
+    assert "restart requested" in res.message and "not waited for" in res.message
+    assert len(kube.patches) == 1
+
+
+def test_a_cancel_before_the_patch_sends_nothing_and_later_phases_do_not_start() -> None:
+    from kubectl_kvreset.pool import Cancel
+    from kubectl_kvreset.rollout import restart_owners
+
+    kube = FakeKube([deployment_obj("pre"), deployment_obj("dec")])
+    cancel = Cancel()
+    cancel.set()
+    owners = [("ns", Owner("Deployment", "pre"), "prefill"), ("ns", Owner("Deployment", "dec"), "decode")]
+    results = restart_owners(kube, owners, timeout_s=30, progress=None, cancel=cancel)
+    assert [(r.owner.name, r.result, r.requested) for r in results] == [("pre", "interrupted", False),
+                                                                        ("dec", "interrupted", False)]
+    assert kube.patches == [] and all("before its patch" in r.message for r in results)

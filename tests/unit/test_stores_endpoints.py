@@ -80,10 +80,12 @@ def test_redis_remedy_has_the_same_connection_on_both_sides_and_the_escaped_patt
 
     tls = remedy(StoreKind.REDIS, parse_address("rediss://user:pw@ext.example.com:6380/3"), model="org/model*v")
     assert "redis-cli -h ext.example.com -p 6380 -n 3 --tls --scan --pattern 'org/model\\*v@*'" in tls, tls
-    assert "| xargs redis-cli -h ext.example.com -p 6380 -n 3 --tls UNLINK" in tls, tls
+    assert "| xargs -r redis-cli -h ext.example.com -p 6380 -n 3 --tls UNLINK" in tls, tls
+    assert "| grep -E '^org/model\\*v@-?[0-9]+@-?[0-9]+@" in tls, tls
     assert "pw" not in tls
     sock = remedy(StoreKind.REDIS, parse_address("unix:///run/redis.sock"), model="m")
-    assert "redis-cli -s /run/redis.sock --scan --pattern 'm@*' | xargs redis-cli -s /run/redis.sock UNLINK" in sock
+    assert ("redis-cli -s /run/redis.sock --scan --pattern 'm@*' | grep -E '^m@-?[0-9]+@" in sock), sock
+    assert sock.endswith("| xargs -r redis-cli -s /run/redis.sock UNLINK"), sock
     assert "None" not in sock and "-h  " not in sock
 
 

@@ -1,6 +1,6 @@
 """The LMCache controller and worker-API clears against the answers LMCache 0.5.6 gave
-(research/real-peers.md §2, and the same calls made again on the real controller and standalone
-worker), and the consent rule for instance and worker scope."""
+(the same calls made again on the real controller and standalone worker by
+tests/peers/test_stores_lmcache.py), and the consent rule for instance and worker scope."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """LMCache MP server L1 clear (kubectl_kvreset/stores/mpserver.py) against a fake HTTP port that
-answers as research/lmcache.md §2 says each release does (0.4.3 ``/api/clear-cache`` and
+answers as each release does (read in the wheels' ``lmcache/v1/multiprocess/http_server.py``:
+0.4.3 ``/api/clear-cache`` and
 ``/api/status``, 0.5.0 ``/clear-cache``, 0.5.1+ ``/cache/clear`` with ``tier``/``force``) and as
-LMCache 0.5.6 was seen to answer (research/real-peers.md §2: ``/status`` shape, 404 for the old
+LMCache 0.5.6 was seen to answer (tests/peers/test_stores_mpserver.py: ``/status`` shape, 404 for the old
 paths, 405 for a wrong method, 400 for another tier)."""
 
 from __future__ import annotations

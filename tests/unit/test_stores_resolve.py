@@ -68,3 +68,30 @@ def test_admin_ports_and_remedies() -> None:
     assert "--scan --pattern 'org/m@*'" in text and "UNLINK" in text
     assert "remove_all?force=true" in remedy(StoreKind.MOONCAKE, None)
     assert "restart" in remedy(StoreKind.LMCACHE_SERVER, parse_address("lm://s:1"))
+
+
+DENIED = 'services is forbidden: User "alice" cannot list resource "services" in API group "" in the namespace "llm"'
+
+
+def test_a_refused_service_list_is_never_does_not_exist() -> None:
+    # services of llm could not be listed (403): the address is unresolved, naming the
+    # permission and the Role rule, never "does not exist" or "outside the cluster"
+    index = ClusterIndex([], [], [CLIENT], unlisted=["other namespaces", "llm"], denied=[DENIED],
+                         forbidden={("services", ""): DENIED.replace(' in the namespace "llm"', " at the cluster scope"),
+                                    ("services", "llm"): DENIED},
+                         listed={"services": frozenset(), "endpointslices": None, "pods": None})
+    res = index.resolve(parse_address("kv-redis:6379"), CLIENT)
+    assert res.kind == "unresolved" and res.describe() == "unresolved (forbidden)", res
+    assert "does not exist" not in res.message
+    assert "not permitted: list on services in namespace llm" in res.message, res.message
+    assert '{apiGroups: [""], resources: [services], verbs: [list]}' in res.message
+    # an IP: the refused list is no proof that nothing has it
+    res = index.resolve(parse_address("192.0.2.4:6379"), CLIENT)
+    assert res.kind == "unresolved" and "list on services" in res.message, res.message
+    # endpointslices refused for a Service that was listed: the pods behind it are unknown
+    index = ClusterIndex([SVC], [], [CLIENT], forbidden={("endpointslices", "lmc"): "forbidden"},
+                         listed={"services": None, "endpointslices": frozenset({"llm"}), "pods": None})
+    res = index.resolve(parse_address("kv-redis.lmc:6379"), CLIENT)
+    assert res.kind == "unresolved" and "list on endpointslices.discovery.k8s.io in namespace lmc" in res.message
+    # listed everywhere: an absent name is still "does not exist"
+    assert INDEX.resolve(parse_address("kv-redis:6379"), CLIENT).kind == "outside"

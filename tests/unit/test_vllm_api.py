@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from packaging.version import Version
 
@@ -17,8 +15,8 @@ from kubectl_kvreset.vllm_api import (
     reset_query,
     version_from_body,
 )
-
-SAMPLE = Path(__file__).resolve().parents[2] / ".." / "shared" / "research" / "vllm-metrics-sample.txt"
+from tests.beside import METRICS_SAMPLE as SAMPLE
+from tests.beside import require_beside
 
 
 @pytest.mark.parametrize("status,body,outcome,retry", [
@@ -64,8 +62,7 @@ def test_reset_query() -> None:
 
 
 def test_metrics_sample_parses_with_new_names() -> None:
-    if not SAMPLE.exists():
-        pytest.skip("../shared/research/vllm-metrics-sample.txt is absent (not part of the repository)")
+    require_beside(SAMPLE)
     engines = parse_metrics(SAMPLE.read_text())
     assert [e.engine for e in engines] == ["0"]
     e = engines[0]
