@@ -33,6 +33,8 @@ READY_TIMEOUT = 900.0
 HITS, RUNNING = "vllm:prefix_cache_hits_total", "vllm:num_requests_running"
 PREEMPTED = "vllm:num_preemptions_total"
 LONG_REQUESTS = 12
+#: Tries of the busy case (each about 15 s) before it counts as never seen.
+BUSY_ATTEMPTS = 4
 
 MANIFEST = textwrap.dedent(f"""\
     apiVersion: v1
@@ -116,8 +118,8 @@ def _warm(sim: SimCluster) -> tuple[list[int], list[int]]:
 class _LongRequests:
     """Long completions on engine 1, ``LONG_REQUESTS`` at a time, sent again as each ends, while the
     ``with`` block runs (entered once ``/metrics`` shows them running); on exit no new one starts
-    and each is awaited. Each thread asks for a different length (250 to 448 tokens, under the
-    pods' 512-token model length), so the requests do not all end at once: engine 1 never has a
+    and each is awaited. Each thread asks for a different length (300 to 465 tokens, with the
+    40-token prompt under the pods' 512-token model length), so the requests do not all end at once: engine 1 never has a
     moment with nothing running, in which a retried reset would succeed."""
 
     def __init__(self, sim: SimCluster) -> None:
@@ -131,7 +133,7 @@ class _LongRequests:
         n = 0
         while not self.stop.is_set():
             try:
-                _complete(self.sim, 1, [4 + (700 + 7 * i + 3 * n + j) % 1000 for j in range(40)], max_tokens=250 + 18 * i)
+                _complete(self.sim, 1, [4 + (700 + 7 * i + 3 * n + j) % 1000 for j in range(40)], max_tokens=300 + 15 * i)
             except BaseException as exc:  # noqa: BLE001 - reported on exit
                 self.errors.append(exc)
                 return
@@ -156,21 +158,34 @@ class _LongRequests:
 
 
 def test_a_busy_engine_answers_false_after_the_idle_one_reset_and_the_row_says_which(cluster: SimCluster) -> None:
-    p0, p1 = _warm(cluster)
-    with _LongRequests(cluster):
-        code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/dp", "--yes", "--busy-timeout", "1s")
-    [row] = rows
-    print(f"clear with engine 1 busy: exit {code}, {row['result']}: {row['message']}")
-    assert code == 1 and row["result"] == "busy" and row["gpu"] == "not emptied", (rows, err)
-    name = pod(cluster, NS, "dp")["name"]
-    assert "engine 0 emptied" in row["message"] and "engine 1 still warm" in row["message"], row
-    assert re.search(r"engine 1 still warm \(\d+ requests? running\)", row["message"]), row
-    [left] = row["left"]
-    assert "engine 1 still warm" in left["reason"] and "--preempt-running" in left["remedy"], (left, name)
-
-    # the real engines agree: engine 0 misses its prompt, engine 1 still hits its own
-    assert _hits(cluster, 0, p0) == 0
-    assert _hits(cluster, 1, p1) >= 256
+    # The real engine 1 is busy only while one of the long requests holds blocks; on a loaded
+    # machine the client threads can all be between two requests at the instant of a reset, and
+    # then the real reset succeeds (vllm/v1/core/block_pool.py::reset_prefix_cache fails only
+    # while blocks are in use). Each attempt must be honest either way; one of them must catch
+    # engine 1 busy.
+    for attempt in range(1, BUSY_ATTEMPTS + 1):
+        p0, p1 = _warm(cluster)
+        with _LongRequests(cluster):
+            code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/dp", "--yes", "--busy-timeout", "1s")
+        [row] = rows
+        print(f"attempt {attempt}: clear with engine 1 busy: exit {code}, {row['result']}: {row['message']}")
+        if row["result"] == "emptied":
+            # the server said every engine reset: both engines really miss their prompts
+            assert code == 0 and row["gpu"] == "emptied", (rows, err)
+            assert _hits(cluster, 0, p0) == 0
+            assert _hits(cluster, 1, p1) == 0, "engine 1 reported emptied but still hits its prompt"
+            continue
+        assert code == 1 and row["result"] == "busy" and row["gpu"] == "not emptied", (rows, err)
+        name = pod(cluster, NS, "dp")["name"]
+        assert "engine 0 emptied" in row["message"] and "engine 1 still warm" in row["message"], row
+        assert re.search(r"engine 1 still warm \(\d+ requests? running\)", row["message"]), row
+        [left] = row["left"]
+        assert "engine 1 still warm" in left["reason"] and "--preempt-running" in left["remedy"], (left, name)
+        # the real engines agree: engine 0 misses its prompt, engine 1 still hits its own
+        assert _hits(cluster, 0, p0) == 0
+        assert _hits(cluster, 1, p1) >= 256
+        return
+    pytest.fail(f"engine 1 was idle at the reset in all {BUSY_ATTEMPTS} attempts: the busy case was never seen")
 
 
 def test_preempt_running_empties_both_engines(cluster: SimCluster) -> None:
