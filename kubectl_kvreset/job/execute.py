@@ -161,9 +161,9 @@ def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], N
     if not cancel.is_set():  # the owners of the engines this version cannot empty, where allowed
         known = {(ns, owner) for ns, owner, _role in restart}
         for other in plan.others:
-            key = (other.pod.namespace, other.pod.owner)
-            if other.restart and key not in known:
-                known.add(key)
+            owner_key = (other.pod.namespace, other.pod.owner)
+            if other.restart and owner_key not in known:
+                known.add(owner_key)
                 restart.append((other.pod.namespace, other.pod.owner, other.pod.role))
     if restart:
         for ns, owner, _role in restart:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from packaging.version import Version
 
+from ..consent import User
 from ..liveconfig import release_version
 from ..plan import (
     DISRUPTIVE_STEPS,
@@ -37,7 +38,6 @@ from ..pods import Owner, VllmPod
 from ..podstate import NotRunning, ResolvedDevMode, not_running
 from ..pool import NOT_RUN, Cancel, NotRun
 from ..rollout import dev_mode_changes, pod_dev_modes, source_lookup
-from ..consent import User
 from ..stores.calls import SHARED_FLAG, StoreCall
 from ..tiers import KVLayout, Tier, TierKind
 from ..vllm_api import extra_reset_routes, reset_query

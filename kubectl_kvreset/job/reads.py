@@ -5,8 +5,8 @@ line prints it."""
 from __future__ import annotations
 
 from ..imagever import version_mismatch
-from ..podapi import ReadAnswer, fetch_metrics
 from ..otherpods import OtherPod, unsupported_reason
+from ..podapi import ReadAnswer, fetch_metrics
 from ..pods import ApiPort, VllmPod
 from ..podstate import metrics_500_hint
 from ..pool import Cancel, NotRun, parallel

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..discovery import discover, discover_all
-from ..otherpods import OtherPod, select_others
 from ..kube import Kube
+from ..otherpods import OtherPod, select_others
 from ..podapi import PodCaller, PodRef, Transports
 from ..pods import TargetError, Targets, VllmPod, missing_pair_roles, select
 from ..pool import Cancel

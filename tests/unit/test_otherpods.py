@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kubectl_kvreset.consent import User
+from kubectl_kvreset.job.others import other_key, other_outcome_row, other_plan_row, plan_others
 from kubectl_kvreset.otherpods import (
     DYNAMO_RUN,
     DYNAMO_SGLANG,
@@ -22,9 +23,8 @@ from kubectl_kvreset.otherpods import (
     select_others,
 )
 from kubectl_kvreset.pods import Owner, Targets, describe_pod_containers
-from kubectl_kvreset.rollout import RestartResult
-from kubectl_kvreset.job.others import other_key, other_outcome_row, other_plan_row, plan_others
 from kubectl_kvreset.report import ExitCode
+from kubectl_kvreset.rollout import RestartResult
 from tests.beside import LLM_D_FIXTURES, needs_beside
 
 
