@@ -128,14 +128,16 @@ def _base(pod: OtherPod) -> dict[str, object]:
 
 
 def other_plan_row(plan: OtherPlan) -> dict[str, object]:
-    """The ``PlannedReset`` row of one pod: the restart planned, or nothing and the tiers left."""
+    """The ``PlannedReset`` row of one pod: the restart planned, or nothing and the tiers left;
+    ``result`` says which (``planned`` or ``left``), as the run's row will."""
     pod = plan.pod
     steps = [f"restart {pod.owner.ref()}"] if plan.restart else []
     leaves = [] if plan.restart else [f"every tier ({plan.reason}; to empty it: {plan.remedy})"]
     notes = list(pod.notes) + ([plan.held] if plan.held else [])
     return {**_base(pod), "ports": [pod.port] if pod.port is not None else [], "version": None, "steps": steps,
             "empties": ["every tier (the new pods start cold)"] if plan.restart else [], "leaves": leaves,
-            "disruptive": ["restart"] if plan.restart else [], "notes": notes}
+            "disruptive": ["restart"] if plan.restart else [], "result": "planned" if plan.restart else "left",
+            "notes": notes}
 
 
 def other_outcome_row(plan: OtherPlan, restarted: RestartResult | DevModeResult | None, *,

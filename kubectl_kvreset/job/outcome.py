@@ -255,7 +255,7 @@ def plan_report(plan: Plan) -> Report:
             "notes": list(p.notes),
         })
     for other in plan.others:
-        report.add(other_plan_row(other), ExitCode.OK if other.restart else ExitCode.FAILED)
+        report.add(other_plan_row(other))  # a plan earns no failure: the run's rows do
     _engine_column(report)
     return report
 
@@ -306,6 +306,9 @@ def build_outcome(plan: Plan, results: RunResults, notes: list[str], *, interrup
     replaced = {(p.pod.namespace, p.pod.name): tuple(results.successors.get((p.pod.namespace, p.pod.owner), ()))
                 for p in plan.pods if (p.pod.namespace, p.pod.owner) in rolled
                 or (p.pod.namespace, p.pod.name) in vanished}
+    # the restarted pods of engines this version cannot empty (the LMCache server's store row reads it)
+    replaced.update({(o.pod.namespace, o.pod.name): tuple(results.successors.get((o.pod.namespace, o.pod.owner), ()))
+                     for o in plan.others if (o.pod.namespace, o.pod.owner) in rolled})
     return Outcome(tuple(ports), tuple(notes), interrupted, report, replaced, others)
 
 
@@ -613,6 +616,8 @@ _TIER_STORE: dict[str, str] = {}
 #: ``StoreClear`` ``store`` of an LMCache local-disk deletion (job/storedisk.py), which empties
 #: the pod's ``lmcache_local_disk`` FS tier.
 LMCACHE_DISK_ROW = "lmcache-disk"
+#: ``StoreClear`` ``store`` of an LMCache server (``lm://``), which only a restart of its pod empties.
+LMCACHE_SERVER_ROW = "lmcache-server"
 
 
 def with_store_results(outcome: Outcome, plan: Plan, done: Sequence[StoreDone]) -> Outcome:
@@ -638,7 +643,8 @@ def with_store_results(outcome: Outcome, plan: Plan, done: Sequence[StoreDone]) 
             if d.result not in ("emptied", "replaced"):
                 continue
             name = LMCACHE_DISK_ROW
-        elif d.result == "emptied":
+        elif d.result == "emptied" or (d.result == "replaced" and d.store == LMCACHE_SERVER_ROW):
+            # an LMCache server (lm://) is emptied only by the restart of its pod (--fallback restart)
             name = _TIER_STORE.get(d.store, d.store)
         else:
             continue

@@ -110,10 +110,14 @@ def test_clear_leaves_them_then_restart_empties_them(cluster: SimCluster) -> Non
     assert ("the lm:// protocol has no delete; restarting deployment/vllm-cache-server empties it"
             in got["vllm-cache-server"]["message"])
 
+    code, planned, err = cluster.run_json("clear", "-n", NS, "--all", "--dry-run")
+    assert code == 0, err  # a plan earns no failure, as for vLLM pods
+    plans = _by_owner(planned, "PlannedReset")
+    assert all(plans[o]["result"] == "left" and plans[o]["steps"] == [] for o in OTHERS)
     code, planned, err = cluster.run_json("clear", "-n", NS, "--all", "--dry-run", "--fallback", "restart")
     assert code == 0, err
     plans = _by_owner(planned, "PlannedReset")
-    assert all(plans[o]["steps"] == [f"restart deployment/{o}"] for o in OTHERS)
+    assert all(plans[o]["steps"] == [f"restart deployment/{o}"] and plans[o]["result"] == "planned" for o in OTHERS)
 
     before = {p["name"] for p in cluster.live_pods()}
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--fallback", "restart", "--yes", timeout=180)
@@ -126,3 +130,55 @@ def test_clear_leaves_them_then_restart_empties_them(cluster: SimCluster) -> Non
         new = [n for n in after if n.startswith(owner + "-") and n not in before]
         assert new and all(after[n]["ready"] for n in new), owner
     assert any(n.startswith("plain-vllm-") for n in after if n in before)  # the vLLM pod was not replaced
+
+
+SHARED = "".join([
+    _deployment("engine", """\
+        - name: vllm
+          image: vllm/vllm-openai:v0.32.0
+          command: [vllm, serve, org/model]
+          args: [--port, "8000", --kv-transfer-config, '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}']
+          env: [{name: VLLM_SERVER_DEV_MODE, value: "1"}, {name: LMCACHE_REMOTE_URL, value: "lm://cache:8100"}]
+        """),
+    _deployment("cache", """\
+        - name: lmcache-server
+          image: lmcache/vllm-openai:latest
+          command: [lmcache_server, 0.0.0.0, "8100"]
+          ports: [{name: data, containerPort: 8100}]
+        """),
+    textwrap.dedent(f"""\
+        apiVersion: v1
+        kind: Service
+        metadata: {{name: cache, namespace: {NS}}}
+        spec:
+          selector: {{app: cache}}
+          ports: [{{name: data, port: 8100, targetPort: data}}]
+        """),
+])
+
+
+def test_lmcache_server_restart_needs_consent(tmp_path: Any) -> None:
+    """The LMCache server is a store its engines share: restarting it for a run that does not
+    target them needs --shared-stores; targeting them too, the restart goes ahead and the store's
+    row says the restart emptied it."""
+    require_sandbox()
+    path = tmp_path / "shared.yaml"
+    path.write_text(SHARED, encoding="utf-8")
+    with SimCluster([path], namespace=NS, ready_delay=0.05) as cluster:
+        cluster.wait_ready()
+        before = {p["name"] for p in cluster.live_pods()}
+        code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/cache", "--fallback", "restart", "--yes")
+        assert code == 1, err
+        row = _by_owner(rows, "CacheReset")["cache"]
+        assert row["result"] == "left" and "--shared-stores" in row["message"] and f"{NS}/engine-" in row["message"]
+        assert row["left"][0]["remedy"].startswith("--fallback restart --shared-stores")
+        assert {p["name"] for p in cluster.live_pods()} == before  # nothing restarted
+
+        code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--fallback", "restart", "--yes", timeout=180)
+        got = _by_owner(rows, "CacheReset")
+        assert got["cache"]["result"] == "replaced", (err, rows)
+        (store,) = [r for r in rows if r["kind"] == "StoreClear" and r["store"] == "lmcache-server"]
+        assert store["result"] == "replaced" and "restarted by this run" in store["message"]
+        assert got["engine"]["shared"] != "left", got["engine"]
+        new = [p for p in cluster.live_pods() if p["name"].startswith("cache-") and p["name"] not in before]
+        assert new and all(p["ready"] for p in new)

@@ -173,7 +173,7 @@ def test_plan_and_rows_left_without_fallback() -> None:
     assert (row["result"], row["engine"], row["port"], row["gpu"]) == ("left", "sglang", 8000, "left")
     assert row["left"] == [{"tier": "every tier", "reason": plan.reason, "remedy": plan.remedy}]
     planned = other_plan_row(plan)
-    assert planned["steps"] == [] and "--fallback restart" in planned["leaves"][0]
+    assert planned["steps"] == [] and "--fallback restart" in planned["leaves"][0] and planned["result"] == "left"
 
 
 def test_restart_rows() -> None:
