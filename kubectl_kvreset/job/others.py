@@ -57,13 +57,14 @@ class OtherPlan:
     held: str | None = None
 
 
-def _manual(owner: Owner) -> str:
-    """The command that restarts ``owner`` by hand."""
+def _manual(owner: Owner) -> str | None:
+    """The command that restarts ``owner`` by hand, or None where none is simple (a
+    LeaderWorkerSet: ``--fallback restart`` patches its templates)."""
     if owner.kind in _ROLLOUT_KINDS:
         return f"kubectl rollout restart {owner.ref()}"
     if owner.kind == "Pod":
         return f"delete and recreate {owner.ref()} (a bare pod has no owner that replaces it)"
-    return f"kubectl kvreset restart {owner.ref()}"
+    return None
 
 
 def other_users(pod: OtherPod, universe: Sequence[VllmPod], targeted: Sequence[VllmPod],
@@ -110,9 +111,9 @@ def plan_others(pods: Sequence[OtherPod], fallback: str, *, shared: bool,
             names = ", ".join(u.shown() for u in got.users)
             held = (f"restarting {pod.owner.ref()} empties the LMCache server for every engine that uses it, and "
                     f"engines outside the targets use it ({names}): give {SHARED_FLAG} to restart it anyway")
-            remedy = f"--fallback restart {SHARED_FLAG}, or {manual}"
+            remedy = f"--fallback restart {SHARED_FLAG}" + (f", or {manual}" if manual else "")
         else:
-            remedy = f"--fallback restart, or {manual}"
+            remedy = "--fallback restart" + (f", or {manual}" if manual else "")
         plans.append(OtherPlan(pod, fallback == "restart" and held is None, reason, remedy, held))
     return plans
 

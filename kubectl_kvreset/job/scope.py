@@ -54,7 +54,8 @@ class Scope:
 
 def narrow_containers(scope: Scope, container: str | None) -> Scope:
     """Keep only the targeted vLLM containers named ``container`` (``--container``); the
-    others become :attr:`Scope.skipped`. None keeps every container (each vLLM container of a
+    others become :attr:`Scope.skipped` (the pods of engines this version cannot empty keep only
+    that container too). None keeps every container (each vLLM container of a
     pod is a target of its own).
 
     Raises:
@@ -69,7 +70,7 @@ def narrow_containers(scope: Scope, container: str | None) -> Scope:
         raise TargetError(f"--container {container}: no targeted pod has a vLLM container of that name "
                           f"(vLLM containers: {names})")
     return replace(scope, pods=kept, skipped=tuple(p for p in scope.pods if p.container != container),
-                   container=container)
+                   container=container, others=tuple(o for o in scope.others if o.container == container))
 
 
 def select_targets(kube: Kube, targets: Targets, *, all_namespaces: bool = False, transport: str = "auto",

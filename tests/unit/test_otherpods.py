@@ -3,6 +3,7 @@ that merely mentions an engine; their plan and rows (kubectl_kvreset.otherpods, 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +210,12 @@ def test_select_others() -> None:
     assert select_others(others, Targets(owners=("deployment/srv",))) == (others, {"deployment/srv"})
     assert select_others(others, Targets(owners=("deployment/other",))) == ([], set())
     assert others[0].owner == Owner("Deployment", "srv")
+
+
+def test_remedy_per_owner_kind() -> None:
+    pod = _others()[0]
+    lws = dataclasses.replace(pod, owner=Owner("LeaderWorkerSet", "wide"))
+    bare = dataclasses.replace(pod, owner=Owner("Pod", pod.name))
+    (a, b) = plan_others([lws, bare], "none", shared=False, users={})
+    assert a.remedy == "--fallback restart"
+    assert b.remedy.startswith("--fallback restart, or delete and recreate pod/")
