@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from .configfile import ConfigFileError, decode_key, locate
 from .kube import Kube, KubeApiError, KubeConnectionError
+from .otherpods import OtherPod, describe_other_containers
 from .pods import (
     DEV_MODE_ENV,
     ROLE_LABELS,
@@ -37,11 +38,15 @@ from .pods import (
 )
 
 __all__ = [
-    "ConfigFiles", "DEV_MODE_ENV", "ROLE_LABELS", "SERVING_LABELS", "ApiPort", "DevMode", "Owner", "TargetError", "Targets",
+    "ConfigFiles", "OtherPod", "discover_all", "DEV_MODE_ENV", "ROLE_LABELS", "SERVING_LABELS", "ApiPort", "DevMode", "Owner", "TargetError", "Targets",
     "VllmPod", "deployment_from_replicaset_name", "describe_pod", "describe_pod_containers", "discover", "expand_k8s_refs", "matched_label",
     "missing_pair_roles", "parse_owner_ref", "pod_env", "pod_owner", "pod_role", "read_dev_mode",
     "replicaset_owners", "select",
 ]
+
+
+#: A described container (:class:`VllmPod` or :class:`OtherPod`): both carry an owner.
+_D = TypeVar("_D", VllmPod, OtherPod)
 
 
 class ConfigFiles:
@@ -95,6 +100,7 @@ class ConfigFiles:
 def discover(kube: Kube, namespace: str | None, *, selector: str | None = None) -> list[VllmPod]:
     """List pods (one namespace, or all when ``namespace`` is None) and describe the vLLM ones:
     one :class:`VllmPod` per vLLM server container (a pod with two gives two, same name).
+    :func:`discover_all` also gives the inference pods this version cannot empty.
 
     API requests: one pod list, plus one ReplicaSet list per namespace holding a ReplicaSet-owned
     vLLM pod whose labels do not name its Deployment (a ``pod-template-hash`` label that ends
@@ -107,21 +113,39 @@ def discover(kube: Kube, namespace: str | None, *, selector: str | None = None) 
         kubectl_kvreset.kube.KubeApiError: the list was refused (403) or failed.
         kubectl_kvreset.kube.KubeConnectionError: the API server did not answer.
     """
+    return discover_all(kube, namespace, selector=selector)[0]
+
+
+def discover_all(kube: Kube, namespace: str | None, *,
+                 selector: str | None = None) -> tuple[list[VllmPod], list[OtherPod]]:
+    """:func:`discover`, and from the same pod list the containers that run an inference engine
+    this version cannot empty (:func:`kubectl_kvreset.otherpods.describe_other_containers`:
+    SGLang, Dynamo workers, ``trtllm-serve``, the LMCache server), their owners found the same way.
+
+    Raises:
+        kubectl_kvreset.kube.KubeApiError: the list was refused (403) or failed.
+        kubectl_kvreset.kube.KubeConnectionError: the API server did not answer.
+    """
     pods = kube.list_items("v1", "pods", namespace, label_selector=selector)
     found: list[tuple[Mapping[str, Any], VllmPod]] = []
+    others: list[tuple[Mapping[str, Any], OtherPod]] = []
     config_files = ConfigFiles(kube)
     for pod in pods:
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             continue
-        for described in describe_pod_containers(pod, config_reader=config_files):  # one per vLLM container
+        mine = describe_pod_containers(pod, config_reader=config_files)  # one per vLLM container
+        for described in mine:
             found.append((pod, described))
+        for other in describe_other_containers(pod, vllm_containers=[d.container for d in mine]):
+            others.append((pod, other))
+    every: list[tuple[Mapping[str, Any], Any]] = [*found, *others]
     named: dict[str, Owner] = {}
-    for _, d in found:
+    for _, d in every:
         if d.owner.kind == "ReplicaSet":
             by_name = deployment_from_replicaset_name(d.owner.name, d.labels)
             if by_name is not None:
                 named[d.uid or d.name] = by_name
-    rs_namespaces = sorted({d.namespace for _, d in found
+    rs_namespaces = sorted({d.namespace for _, d in every
                             if d.owner.kind == "ReplicaSet" and (d.uid or d.name) not in named})
     rs_owners_by_ns: dict[str, dict[str, Owner]] = {}
     inferred: set[str] = set()
@@ -132,18 +156,22 @@ def discover(kube: Kube, namespace: str | None, *, selector: str | None = None) 
             if exc.status != 403:
                 raise
             inferred.add(ns)  # no right to list ReplicaSets: read the Deployment from the names
-    result: list[VllmPod] = []
-    for obj, described in found:
+
+    def owned(obj: Mapping[str, Any], described: _D) -> _D:
         if described.owner.kind == "ReplicaSet":
             if (described.uid or described.name) in named:
-                described = replace(described, owner=named[described.uid or described.name])
-            elif described.namespace in inferred:
+                return replace(described, owner=named[described.uid or described.name])
+            if described.namespace in inferred:
                 owner = deployment_from_replicaset_name(described.owner.name, described.labels)
                 if owner is not None:
-                    described = replace(described, owner=owner, notes=described.notes + (
+                    return replace(described, owner=owner, notes=described.notes + (
                         "owner read from the ReplicaSet's name (no permission to list replicasets)",))
-            else:
-                described = replace(described, owner=pod_owner(obj, rs_owners_by_ns.get(described.namespace)))
-        result.append(described)
+                return described
+            return replace(described, owner=pod_owner(obj, rs_owners_by_ns.get(described.namespace)))
+        return described
+
+    result = [owned(obj, d) for obj, d in found]
     result.sort(key=lambda p: (p.namespace, p.owner.kind, p.owner.name, p.name))  # stable: containers in spec order
-    return result
+    rest = [owned(obj, d) for obj, d in others]
+    rest.sort(key=lambda p: (p.namespace, p.owner.kind, p.owner.name, p.name))
+    return result, rest

@@ -125,7 +125,7 @@ def command(**params: Any) -> None:
         shared_stores=params["shared"], verify=params["verify"], force_mp=params["force_mp"],
         wait_idle_s=parse_duration(params["wait_idle"], default=0.0) or 0.0)
     ctx = narrow_containers(complete(params, default_all=False), params["container"])
-    exit_if_empty(ctx, required=True, output=params["output"])
+    exit_if_empty(ctx, required=True, output=params["output"], others=True)
     job = prepare(ctx, options, cancel=INTERRUPTED, fallback_chosen=chosen)
     for note in job.notes + (job.plan_notes if interactive or params["dry_run"] else []):
         info(note)

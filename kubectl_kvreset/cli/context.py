@@ -58,10 +58,11 @@ def nothing_found(ctx: Scope) -> str:
     return f"No vLLM server pods found in {where}."
 
 
-def exit_if_empty(ctx: Scope, *, required: bool, output: str = "table") -> None:
+def exit_if_empty(ctx: Scope, *, required: bool, output: str = "table", others: bool = False) -> None:
     """Exit 1 when a command that must act found nothing to act on (``[]`` on stdout first for
-    json/yaml, so scripts still read a list)."""
-    if required and not ctx.pods:
+    json/yaml, so scripts still read a list). ``others``: the targeted pods of engines this
+    version cannot empty count (``clear`` gives them rows)."""
+    if required and not ctx.pods and not (others and ctx.others):
         if output in ("json", "yaml"):
             click.echo("[]")
         where = "any namespace" if ctx.namespace is None else f"namespace {ctx.namespace!r}"

@@ -158,6 +158,13 @@ def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], N
                          "sleep, collective_rpc, weight updates) are unauthenticated; turn it off when done with "
                          f"'kubectl kvreset devmode --disable {' '.join(refs)} -n {ns}'")
     restart = _owners(pods, STEP_RESTART) if not cancel.is_set() else []
+    if not cancel.is_set():  # the owners of the engines this version cannot empty, where allowed
+        known = {(ns, owner) for ns, owner, _role in restart}
+        for other in plan.others:
+            owner_key = (other.pod.namespace, other.pod.owner)
+            if other.restart and owner_key not in known:
+                known.add(owner_key)
+                restart.append((other.pod.namespace, other.pod.owner, other.pod.role))
     if restart:
         for ns, owner, _role in restart:
             if events is not None:

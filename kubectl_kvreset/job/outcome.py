@@ -26,6 +26,7 @@ from ..report import Column, ExitCode, Report, step_codes
 from ..rollout import DevModeResult, RestartResult
 from ..tiers import Tier, TierKind
 from ..vllm_api import EngineSplit, ResetOutcome, engine_list, parse_version, reset_answers_for_every_engine
+from .others import other_outcome_row, other_plan_row
 from .planning import Plan, PodPlan, dev_mode_on
 
 if TYPE_CHECKING:
@@ -144,7 +145,7 @@ class PortOutcome:
         """The ``CacheReset`` row (the README documents its fields)."""
         return {
             "namespace": self.namespace, "pod": self.pod, "port": self.port, "role": self.role,
-            "owner": self.owner, "container": self.container, "version": self.version,
+            "owner": self.owner, "container": self.container, "engine": "vllm", "version": self.version,
             **{kind: _join(list(self.tiers.get(kind, ()))) for kind in TIER_KINDS},
             "result": self.result, "message": "; ".join(self.messages) or None, "steps": list(self.steps),
             "calls": self.calls, "busy_answers": self.busy_answers,
@@ -167,6 +168,15 @@ class Outcome:
     interrupted: bool
     report: Report
     replaced: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    other_rows: tuple[tuple[dict[str, Any], ExitCode], ...] = ()
+    """The rows of the inference pods this version cannot empty (:mod:`kubectl_kvreset.job.others`)
+    and their exit codes, after the vLLM rows in :attr:`report`; kept when a later step rebuilds it."""
+
+    def add_others(self, report: Report, extra: Mapping[str, Any] | None = None) -> Report:
+        """``report`` with :attr:`other_rows` appended (each with ``extra`` fields), returned."""
+        for row, code in self.other_rows:
+            report.add({**row, **(extra or {})}, code)
+        return report
 
     @property
     def exit_code(self) -> ExitCode:
@@ -189,6 +199,14 @@ def result_columns(scope: str | None) -> list[Column]:
             Column("RESULT", "result"), Column("STEPS", "steps", wide=True), Column("CALLS", "calls", wide=True),
             Column("MESSAGE", "message", notes=True)]
     return cols[1:] if scope is not None else cols
+
+
+def _engine_column(report: Report) -> None:
+    """Show the ENGINE column (after POD) when a row is not vLLM's."""
+    if any(r.get("engine") not in (None, "vllm") for r in report.rows):
+        cols = list(report.columns)
+        at = next(i for i, c in enumerate(cols) if c.key == "pod") + 1
+        report.columns = [*cols[:at], Column("ENGINE", "engine"), *cols[at:]]
 
 
 def plan_report(plan: Plan) -> Report:
@@ -224,8 +242,8 @@ def plan_report(plan: Plan) -> Report:
         if p.not_running is not None:
             steps.append(f"none: {p.not_running.describe()}")
         report.add({
-            "namespace": p.pod.namespace, "pod": p.pod.name, "owner": p.pod.owner.ref(),
-            "ports": [port.port for port in p.pod.ports], "version": p.version or "unknown",
+            "namespace": p.pod.namespace, "pod": p.pod.name, "owner": p.pod.owner.ref(), "container": p.pod.container,
+            "engine": "vllm", "ports": [port.port for port in p.pod.ports], "version": p.version or "unknown",
             "steps": steps,
             "empties": [tier_label(t) for step in p.steps.steps for t in step.empties],
             "leaves": [f"{tier_label(lt.tier)} ({lt.flag or ('pod not running' if p.not_running else 'outside the pods')})"
@@ -236,6 +254,9 @@ def plan_report(plan: Plan) -> Report:
             "disruptive": [s.action for s in p.steps.steps if s.disruptive],
             "notes": list(p.notes),
         })
+    for other in plan.others:
+        report.add(other_plan_row(other))  # a plan earns no failure: the run's rows do
+    _engine_column(report)
     return report
 
 
@@ -270,6 +291,11 @@ def build_outcome(plan: Plan, results: RunResults, notes: list[str], *, interrup
             po = skipped_outcome(pod, port, plan.scope.container)
             ports.append(po)
             report.add(po.row(), po.code)
+    others = tuple(other_outcome_row(o, results.owners.get((o.pod.namespace, o.pod.owner)), interrupted=interrupted)
+                   for o in plan.others)
+    for row, code in others:
+        report.add(row, code)
+    _engine_column(report)
     notes = list(notes)
     if any(po.result == "dev mode off" for po in ports):
         notes.append(dev_mode_note())
@@ -280,7 +306,10 @@ def build_outcome(plan: Plan, results: RunResults, notes: list[str], *, interrup
     replaced = {(p.pod.namespace, p.pod.name): tuple(results.successors.get((p.pod.namespace, p.pod.owner), ()))
                 for p in plan.pods if (p.pod.namespace, p.pod.owner) in rolled
                 or (p.pod.namespace, p.pod.name) in vanished}
-    return Outcome(tuple(ports), tuple(notes), interrupted, report, replaced)
+    # the restarted pods of engines this version cannot empty (the LMCache server's store row reads it)
+    replaced.update({(o.pod.namespace, o.pod.name): tuple(results.successors.get((o.pod.namespace, o.pod.owner), ()))
+                     for o in plan.others if (o.pod.namespace, o.pod.owner) in rolled})
+    return Outcome(tuple(ports), tuple(notes), interrupted, report, replaced, others)
 
 
 def refusal_notes(ports: list[PortOutcome]) -> list[str]:
@@ -587,6 +616,8 @@ _TIER_STORE: dict[str, str] = {}
 #: ``StoreClear`` ``store`` of an LMCache local-disk deletion (job/storedisk.py), which empties
 #: the pod's ``lmcache_local_disk`` FS tier.
 LMCACHE_DISK_ROW = "lmcache-disk"
+#: ``StoreClear`` ``store`` of an LMCache server (``lm://``), which only a restart of its pod empties.
+LMCACHE_SERVER_ROW = "lmcache-server"
 
 
 def with_store_results(outcome: Outcome, plan: Plan, done: Sequence[StoreDone]) -> Outcome:
@@ -612,7 +643,8 @@ def with_store_results(outcome: Outcome, plan: Plan, done: Sequence[StoreDone]) 
             if d.result not in ("emptied", "replaced"):
                 continue
             name = LMCACHE_DISK_ROW
-        elif d.result == "emptied":
+        elif d.result == "emptied" or (d.result == "replaced" and d.store == LMCACHE_SERVER_ROW):
+            # an LMCache server (lm://) is emptied only by the restart of its pod (--fallback restart)
             name = _TIER_STORE.get(d.store, d.store)
         else:
             continue
@@ -630,7 +662,7 @@ def with_store_results(outcome: Outcome, plan: Plan, done: Sequence[StoreDone]) 
             po = _store_emptied(po, pod_plan, got)
         ports.append(po)
         report.add(po.row(), po.code)
-    return replace(outcome, ports=tuple(ports), report=report)
+    return replace(outcome, ports=tuple(ports), report=outcome.add_others(report))
 
 
 def _after_store(po: PortOutcome, tiers: Mapping[str, Sequence[str]], left: Sequence[Any],
@@ -729,4 +761,4 @@ def with_lmcache_clears(plan: Plan, outcome: Outcome, cleared: dict[tuple[str, s
                                          result=result, code=code)
         ports.append(po)
         report.add(po.row(), po.code)
-    return replace(outcome, ports=tuple(ports), report=report)
+    return replace(outcome, ports=tuple(ports), report=outcome.add_others(report))

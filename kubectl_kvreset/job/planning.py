@@ -10,11 +10,12 @@ per owner and pod template, ``/openapi.json`` for an unknown build) and applies 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from packaging.version import Version
 
+from ..consent import User
 from ..liveconfig import release_version
 from ..plan import (
     DISRUPTIVE_STEPS,
@@ -37,9 +38,10 @@ from ..pods import Owner, VllmPod
 from ..podstate import NotRunning, ResolvedDevMode, not_running
 from ..pool import NOT_RUN, Cancel, NotRun
 from ..rollout import dev_mode_changes, pod_dev_modes, source_lookup
-from ..stores.calls import SHARED_FLAG
+from ..stores.calls import SHARED_FLAG, StoreCall
 from ..tiers import KVLayout, Tier, TierKind
 from ..vllm_api import extra_reset_routes, reset_query
+from .others import OtherKey, OtherPlan, needs_restart, other_key, other_users, plan_others
 from .probes import Probe, apply_probe, probe_pods
 from .resetconsent import ResetHold, reset_holds
 from .scope import Scope
@@ -223,6 +225,12 @@ class Plan:
     """Per pod uid: why its reset may not send ``reset_external=true`` (a store-wide reset
     without consent, one row per hook, :func:`kubectl_kvreset.job.resetconsent.reset_holds`); kept by
     :func:`replan`."""
+    others: list[OtherPlan] = field(default_factory=list)
+    """One per targeted inference pod this version cannot empty (SGLang, Dynamo, ``trtllm-serve``,
+    the LMCache server): its restart or the row ``left`` (:mod:`kubectl_kvreset.job.others`)."""
+    other_users: dict[OtherKey, tuple[User, ...]] = field(default_factory=dict)
+    """Per LMCache server among them, the engines outside the targets that use it (its restart's
+    consent); kept by :func:`replan`."""
 
     def devmode_notes(self) -> list[str]:
         """One line per replaced or overridden value of an owner whose dev-mode step is planned
@@ -235,7 +243,10 @@ class Plan:
 
     def needs(self) -> list[str]:
         """The disruptive steps (sorted) that would empty what the plan leaves."""
-        return sorted({p.steps.needs for p in self.pods if p.steps.needs})
+        needs = {p.steps.needs for p in self.pods if p.steps.needs}
+        if needs_restart(self.others):
+            needs.add("restart")
+        return sorted(needs)
 
     def dev_mode_unknown(self) -> list[PodPlan]:
         """Pods whose API reset is planned although their spec does not say whether dev mode is on."""
@@ -243,7 +254,8 @@ class Plan:
 
 
 def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
-         fallback_chosen: str | None = None, holds: Mapping[str, tuple[ResetHold, ...]] | None = None) -> Plan:
+         fallback_chosen: str | None = None, holds: Mapping[str, tuple[ResetHold, ...]] | None = None,
+         store_calls: Sequence[StoreCall] = ()) -> Plan:
     """Probe each owner's pod templates (``GET /version`` and, where dev mode may be on,
     ``GET /server_info?config_format=json``, at most ``options.max_concurrency`` at once;
     :func:`kubectl_kvreset.job.probes.probe_pods`) and build the :class:`Plan`.
@@ -253,7 +265,9 @@ def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
     ``reset_external=true`` (:func:`~kubectl_kvreset.job.resetconsent.reset_holds` over
     clear-store's plan; ``clear`` passes the one it already made). None: found here, as
     clear-store finds the stores, where a targeted pod runs a connector of
-    :data:`~kubectl_kvreset.plan.STORE_WIDE_HOOKS`. Never
+    :data:`~kubectl_kvreset.plan.STORE_WIDE_HOOKS`. ``store_calls``: the store step's calls
+    (clear-store's plan), which say which engines use an LMCache server the targets hold
+    (:func:`kubectl_kvreset.job.others.other_users`). Never
     raises for a pod's failure: a version that could not be read is planned as the oldest
     behaviour.
 
@@ -277,10 +291,12 @@ def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
     if holds is None:
         holds = store_holds(scope, options.shared_stores)
     held = dict(holds)
+    users = {other_key(o): other_users(o, scope.universe, scope.pods, store_calls) for o in scope.others}
     return Plan(scope, options, build_plans(list(scope.pods), probed, options.fallback, options.preempt_running,
                                             dev_modes, held),
                 probed, fallback_chosen, devmode_changes={k: v for k, v in changes.items() if v}, dev_modes=dev_modes,
-                holds=held)
+                holds=held, others=plan_others(scope.others, options.fallback, shared=options.shared_stores,
+                                               users=users), other_users=users)
 
 
 def store_holds(scope: Scope, shared: bool) -> dict[str, tuple[ResetHold, ...]]:
@@ -304,7 +320,9 @@ def replan(old: Plan, fallback: str) -> Plan:
     return Plan(old.scope, options, build_plans(list(old.scope.pods), old.probed, fallback,
                                                 options.preempt_running, old.dev_modes, old.holds), old.probed,
                 fallback, devmode_changes=dict(old.devmode_changes), dev_modes=dict(old.dev_modes),
-                holds=dict(old.holds))
+                holds=dict(old.holds),
+                others=plan_others(old.scope.others, fallback, shared=options.shared_stores, users=old.other_users),
+                other_users=dict(old.other_users))
 
 
 def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, preempt: bool,

@@ -5,6 +5,7 @@ line prints it."""
 from __future__ import annotations
 
 from ..imagever import version_mismatch
+from ..otherpods import OtherPod, unsupported_reason
 from ..podapi import ReadAnswer, fetch_metrics
 from ..pods import ApiPort, VllmPod
 from ..podstate import metrics_500_hint
@@ -76,6 +77,7 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
             "owner": pod.owner.ref(),
             "role": pod.role,
             "container": pod.container,
+            "engine": "vllm",
             "image": pod.image,
             "ports": [p.port for p in pod.ports],
             "front_ports": [p.front for p in pod.ports if p.front is not None],
@@ -98,9 +100,31 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
             "notes": notes,
             "error": error,
         }, code)
+    for other in ctx.others:
+        report.add(other_detect_row(other))
+    if ctx.others:  # which engine each row is, and that these are not emptied
+        at = next(i for i, c in enumerate(report.columns) if c.key == "pod") + 1
+        report.columns = [*report.columns[:at], Column("ENGINE", "engine"), *report.columns[at:]]
     if any(r["error"] for r in report.rows):  # why a row earns exit 1, in the table too
         report.columns = [*report.columns[:-1], Column("ERROR", "error", notes=True), report.columns[-1]]
     return report
+
+
+def other_detect_row(pod: OtherPod) -> dict[str, object]:
+    """The ``VllmPod`` row of an inference pod this version cannot empty: its engine, container
+    and port when known, the vLLM-only fields empty, and a note that ``clear`` leaves it (exit 0:
+    ``detect`` only lists)."""
+    return {
+        "namespace": pod.namespace, "pod": pod.name, "owner": pod.owner.ref(), "role": pod.role,
+        "container": pod.container, "engine": pod.engine, "image": pod.image,
+        "ports": [pod.port] if pod.port is not None else [], "front_ports": [], "scheme": None, "version": None,
+        "dev_mode": None, "dev_mode_value": None, "dev_mode_source": None, "connectors": [], "tiers": [],
+        "fs_roots": [], "shared_stores": [], "ready": pod.ready, "phase": pod.phase, "matched_by": pod.matched_by,
+        "argv": [], "config_file": None, "config_source": None, "config_error": None,
+        "notes": [*pod.notes, f"{unsupported_reason(pod)}: clear reports it left (--fallback restart restarts "
+                  f"{pod.owner.ref()})"],
+        "error": None,
+    }
 
 
 def error_lines(report: Report) -> list[str]:

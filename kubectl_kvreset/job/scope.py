@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..discovery import discover
+from ..discovery import discover, discover_all
 from ..kube import Kube
+from ..otherpods import OtherPod, select_others
 from ..podapi import PodCaller, PodRef, Transports
 from ..pods import TargetError, Targets, VllmPod, missing_pair_roles, select
 from ..pool import Cancel
@@ -29,6 +30,9 @@ class Scope:
             pair targeted without the other), as lines for stderr.
         skipped: vLLM containers of the targeted pods that ``--container`` left out (their
             rows say ``skipped``); ``container``: that name, or None.
+        others: the targeted containers of inference engines this version cannot empty
+            (:class:`~kubectl_kvreset.otherpods.OtherPod`: SGLang, Dynamo, ``trtllm-serve``, the
+            LMCache server); ``other_universe``: every one in scope.
     """
 
     kube: Kube
@@ -39,6 +43,8 @@ class Scope:
     notes: tuple[str, ...] = ()
     skipped: tuple[VllmPod, ...] = ()
     container: str | None = None
+    others: tuple[OtherPod, ...] = ()
+    other_universe: tuple[OtherPod, ...] = ()
 
     @staticmethod
     def ref(pod: VllmPod) -> PodRef:
@@ -48,7 +54,8 @@ class Scope:
 
 def narrow_containers(scope: Scope, container: str | None) -> Scope:
     """Keep only the targeted vLLM containers named ``container`` (``--container``); the
-    others become :attr:`Scope.skipped`. None keeps every container (each vLLM container of a
+    others become :attr:`Scope.skipped` (the pods of engines this version cannot empty keep only
+    that container too). None keeps every container (each vLLM container of a
     pod is a target of its own).
 
     Raises:
@@ -63,7 +70,7 @@ def narrow_containers(scope: Scope, container: str | None) -> Scope:
         raise TargetError(f"--container {container}: no targeted pod has a vLLM container of that name "
                           f"(vLLM containers: {names})")
     return replace(scope, pods=kept, skipped=tuple(p for p in scope.pods if p.container != container),
-                   container=container)
+                   container=container, others=tuple(o for o in scope.others if o.container == container))
 
 
 def select_targets(kube: Kube, targets: Targets, *, all_namespaces: bool = False, transport: str = "auto",
@@ -83,8 +90,12 @@ def select_targets(kube: Kube, targets: Targets, *, all_namespaces: bool = False
     scope = None if all_namespaces else kube.namespace
     # a data-parallel size taken from a ConfigMap or Secret is read where it can be, and the
     # LMCache disk an LMCACHE_CONFIG_FILE names (the store step clears it) is a tier of the pod
-    universe = with_config_file_disks(kube, resolve_engine_counts(kube, discover(kube, scope, selector=targets.selector)))
-    pods = select(universe, targets)
+    found, others = discover_all(kube, scope, selector=targets.selector)
+    universe = with_config_file_disks(kube, resolve_engine_counts(kube, found))
+    # an owner that runs only engines this version cannot empty is targeted, not refused
+    chosen_others, named = select_others(others, targets)
+    vllm_owners = tuple(o for o in targets.owners if o not in named or _names_vllm(universe, o))
+    pods = select(universe, replace(targets, owners=vllm_owners))
     if targets.selector and targets.owners:
         pods = [p for p in pods if p in universe]
     notes: list[str] = []
@@ -94,4 +105,14 @@ def select_targets(kube: Kube, targets: Targets, *, all_namespaces: bool = False
                  "is not targeted" for mine, other in pairs]
     stop = (cancel or Cancel()).is_set
     caller = PodCaller(kube, Transports(transport), stop=stop)
-    return Scope(kube, scope, tuple(universe), tuple(pods), caller, tuple(notes))
+    return Scope(kube, scope, tuple(universe), tuple(pods), caller, tuple(notes),
+                 others=tuple(chosen_others), other_universe=tuple(others))
+
+
+def _names_vllm(universe: list[VllmPod], text: str) -> bool:
+    """Whether the owner argument ``text`` names a vLLM pod of ``universe``."""
+    try:
+        select(universe, Targets(owners=(text,)))
+    except TargetError:
+        return False
+    return True

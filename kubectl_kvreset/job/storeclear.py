@@ -14,6 +14,7 @@ from ..pool import Cancel, InFlight, NotRun, parallel
 from ..report import Column, ExitCode, Report
 from ..stores.calls import StoreCall, plan_calls
 from ..stores.clear import StoreResult, run_call
+from ..stores.config import StoreKind
 from ..stores.find import find_stores
 from ..stores.mpserver import FORCE_FLAG, with_force
 from .scope import Scope
@@ -304,6 +305,13 @@ def _run_call(kube: Any, call: StoreCall, gone: Mapping[tuple[str, str], Sequenc
             return StoreResult("replaced", message=(
                 "the pod was replaced by the restart, and its in-process LMCache CPU tier with it"
                 + (f"; the new pod(s) {', '.join(new)} start cold" if new else "")))
+    if call.store.kind is StoreKind.LMCACHE_SERVER and gone and not dry_run:
+        servers = [(e.namespace, e.name) for e in call.store.resolution.endpoints]
+        if servers and all(p in gone for p in servers):
+            new = sorted({n for p in servers for n in gone[p]})
+            return StoreResult("replaced", message=(
+                "the LMCache server's pod was restarted by this run (--fallback restart), and the cache it held in "
+                "memory went with it" + (f"; the new pod(s) {', '.join(new)} start empty" if new else "")))
     return run_call(kube, call, dry_run=dry_run, timeout_s=timeout_s)
 
 

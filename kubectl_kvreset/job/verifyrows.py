@@ -86,4 +86,4 @@ def with_verification(outcome: Outcome, verifier: Verifier, scope: str | None) -
         ports.append(po)
         row: dict[str, Any] = {**po.row(), "verify": _text(proofs), "proof": [p.as_dict() for p in proofs]}
         report.add(row, code)
-    return replace(outcome, ports=tuple(ports), report=report)
+    return replace(outcome, ports=tuple(ports), report=outcome.add_others(report, {"verify": None, "proof": []}))

@@ -122,7 +122,8 @@ def prepare(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None
     """
     stores = plan_store(scope, shared=options.shared_stores, force_mp=options.force_mp)
     holds = reset_holds(scope.pods, stores.calls, stores.unknown, shared=options.shared_stores)
-    the_plan = plan(scope, options, cancel=cancel, fallback_chosen=fallback_chosen, holds=holds)
+    the_plan = plan(scope, options, cancel=cancel, fallback_chosen=fallback_chosen, holds=holds,
+                    store_calls=stores.calls)
     notes = [n for n in stores.notes if n.startswith(("note:", "error:"))]
     covered = lmcache_cpu_planned(stores)
     plan_notes = [f"note: the LMCache CPU tier of {', '.join(covered)} is emptied by the store step "

@@ -1,0 +1,172 @@
+"""The inference pods this version cannot empty (:mod:`kubectl_kvreset.otherpods`) in a clear: each
+gets a row ``left`` with the reason and the restart that would empty it, and with
+``--fallback restart`` its owner is restarted under the same consent and prompt rules as vLLM
+pods. The LMCache server (``lm://``) is a store every engine of its release uses: its restart
+empties it for all of them, so it needs the consent rule of the shared stores
+(:func:`kubectl_kvreset.consent.hold`, :data:`~kubectl_kvreset.consent.SHARED_FLAG`).
+
+Pure apart from the types it reads: the plan is built from the scope, the store calls and the
+options; the rows from the plan and the restart results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..consent import SHARED_FLAG, User, hold, unlisted_user
+from ..otherpods import OtherPod, unsupported_reason
+from ..pods import Owner, VllmPod
+from ..report import ExitCode
+from ..rollout import DevModeResult, RestartResult
+from ..stores.calls import StoreCall
+from ..stores.config import StoreKind
+
+__all__ = ["OtherKey", "OtherPlan", "other_key", "other_outcome_row", "other_plan_row", "other_users", "plan_others"]
+
+#: ``(namespace, pod, container)`` of an :class:`~kubectl_kvreset.otherpods.OtherPod`.
+OtherKey = tuple[str, str, str]
+
+#: Owner kinds ``kubectl rollout restart`` restarts.
+_ROLLOUT_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
+
+
+def other_key(pod: OtherPod) -> OtherKey:
+    """The key of ``pod`` in :attr:`OtherPlan` maps."""
+    return (pod.namespace, pod.name, pod.container)
+
+
+@dataclass(frozen=True)
+class OtherPlan:
+    """What a clear does with one :class:`~kubectl_kvreset.otherpods.OtherPod`.
+
+    Attributes:
+        pod: the container.
+        restart: its owner is restarted (``--fallback restart``, consent given where needed).
+        reason: why its cache is not emptied by this version.
+        remedy: what would empty it (the flag, or the kubectl command).
+        held: why the restart is held back although ``--fallback restart`` was given (the
+            LMCache server used by engines outside the targets, without ``--shared-stores``),
+            or None.
+    """
+
+    pod: OtherPod
+    restart: bool
+    reason: str
+    remedy: str
+    held: str | None = None
+
+
+def _manual(owner: Owner) -> str | None:
+    """The command that restarts ``owner`` by hand, or None where none is simple (a
+    LeaderWorkerSet: ``--fallback restart`` patches its templates)."""
+    if owner.kind in _ROLLOUT_KINDS:
+        return f"kubectl rollout restart {owner.ref()}"
+    if owner.kind == "Pod":
+        return f"delete and recreate {owner.ref()} (a bare pod has no owner that replaces it)"
+    return None
+
+
+def other_users(pod: OtherPod, universe: Sequence[VllmPod], targeted: Sequence[VllmPod],
+                calls: Sequence[StoreCall]) -> tuple[User, ...]:
+    """The engines outside the targets that use the LMCache server ``pod`` (empty for another
+    engine), as the consent rule's :class:`~kubectl_kvreset.consent.User` rows: the users of each
+    ``lm://`` store of the store plan whose address leads to this pod (and the namespaces that
+    could not be listed), else, where no store of the plan leads here, every vLLM pod outside the
+    targets whose configuration names an ``lm://`` store (it may be this one)."""
+    if not pod.shared:
+        return ()
+    users: list[User] = []
+    mine = [c for c in calls if c.store.kind is StoreKind.LMCACHE_SERVER
+            and any((e.namespace, e.name) == (pod.namespace, pod.name) for e in c.store.resolution.endpoints)]
+    if mine:
+        for call in mine:
+            for u in call.store.users:
+                if not u.targeted:
+                    users.append(User(f"{u.pod.namespace}/{u.pod.name}", u.use.model))
+            users += [unlisted_user(f"pods of namespace {ns} (not listed)") for ns in call.store.unlisted]
+        return tuple(dict.fromkeys(users))
+    chosen = {(p.namespace, p.name) for p in targeted}
+    for p in universe:
+        if (p.namespace, p.name) in chosen:
+            continue
+        if any(t.store == StoreKind.LMCACHE_SERVER.value for t in p.layout.tiers):
+            users.append(User(f"{p.namespace}/{p.name}", p.serve.model,
+                              unsure="its lm:// address was not resolved to a pod"))
+    return tuple(dict.fromkeys(users))
+
+
+def plan_others(pods: Sequence[OtherPod], fallback: str, *, shared: bool,
+                users: Mapping[OtherKey, tuple[User, ...]]) -> list[OtherPlan]:
+    """One :class:`OtherPlan` per pod: the restart of its owner with ``fallback == "restart"``,
+    held for the LMCache server while engines outside the targets use it (``users``, from
+    :func:`other_users`) and ``shared`` (``--shared-stores``) is not given."""
+    plans: list[OtherPlan] = []
+    for pod in pods:
+        reason = unsupported_reason(pod)
+        manual = _manual(pod.owner)
+        held: str | None = None
+        got = hold(users.get(other_key(pod), ()), given=shared) if pod.shared else None
+        if got is not None:
+            names = ", ".join(u.shown() for u in got.users)
+            held = (f"restarting {pod.owner.ref()} empties the LMCache server for every engine that uses it, and "
+                    f"engines outside the targets use it ({names}): give {SHARED_FLAG} to restart it anyway")
+            remedy = f"--fallback restart {SHARED_FLAG}" + (f", or {manual}" if manual else "")
+        else:
+            remedy = "--fallback restart" + (f", or {manual}" if manual else "")
+        plans.append(OtherPlan(pod, fallback == "restart" and held is None, reason, remedy, held))
+    return plans
+
+
+def needs_restart(plans: Sequence[OtherPlan]) -> bool:
+    """True when some pod would be emptied by ``--fallback restart`` and is not restarted now."""
+    return any(not p.restart and p.held is None for p in plans)
+
+
+def _base(pod: OtherPod) -> dict[str, object]:
+    return {"namespace": pod.namespace, "pod": pod.name, "owner": pod.owner.ref(), "container": pod.container,
+            "engine": pod.engine}
+
+
+def other_plan_row(plan: OtherPlan) -> dict[str, object]:
+    """The ``PlannedReset`` row of one pod: the restart planned, or nothing and the tiers left;
+    ``result`` says which (``planned`` or ``left``), as the run's row will."""
+    pod = plan.pod
+    steps = [f"restart {pod.owner.ref()}"] if plan.restart else []
+    leaves = [] if plan.restart else [f"every tier ({plan.reason}; to empty it: {plan.remedy})"]
+    notes = list(pod.notes) + ([plan.held] if plan.held else [])
+    return {**_base(pod), "ports": [pod.port] if pod.port is not None else [], "version": None, "steps": steps,
+            "empties": ["every tier (the new pods start cold)"] if plan.restart else [], "leaves": leaves,
+            "disruptive": ["restart"] if plan.restart else [], "result": "planned" if plan.restart else "left",
+            "notes": notes}
+
+
+def other_outcome_row(plan: OtherPlan, restarted: RestartResult | DevModeResult | None, *,
+                      interrupted: bool) -> tuple[dict[str, object], ExitCode]:
+    """The ``CacheReset`` row of one pod and the exit code it earns: ``replaced`` (exit 0) when
+    its owner's restart completed, else ``left`` with the reason and remedy (exit 1), ``failed``
+    when the restart failed, ``interrupted`` when the run stopped first."""
+    pod = plan.pod
+    messages = [plan.reason]
+    if plan.held:
+        messages.append(plan.held)
+    left = [{"tier": "every tier", "reason": plan.reason, "remedy": plan.remedy}]
+    result, code, state = "left", ExitCode.FAILED, "left"
+    if plan.restart:
+        if restarted is not None and restarted.ok:
+            result, code, state, left = "replaced", ExitCode.OK, "replaced", []
+            messages = [f"{pod.engine_name}: {pod.owner.ref()} was restarted; its new pods start cold"]
+        elif restarted is None and interrupted:
+            result = "interrupted"
+            code = ExitCode.INTERRUPTED
+            messages.append("not restarted: the run was interrupted first")
+        elif restarted is not None:
+            result, state = ("interrupted", "left") if restarted.result == "interrupted" else ("failed", "not emptied")
+            messages.append(f"restart of {pod.owner.ref()}: {restarted.result}: {restarted.message}")
+    row = {**_base(pod), "port": pod.port, "role": pod.role, "version": None,
+           "gpu": state, "cpu": None, "fs": None, "shared": state if pod.shared else None,
+           "result": result, "message": "; ".join(messages), "steps": ["restart"] if plan.restart else [],
+           "calls": 0, "busy_answers": 0, "left": left, "unconfirmed": []}
+    if pod.shared:
+        row["gpu"] = None
+    return row, code
