@@ -309,7 +309,7 @@ def successors_by_pod(plan: Plan, results: RunResults) -> dict[tuple[str, str], 
         same = [n for n in old if n in new]          # successors that keep the name
         for name in same:
             out[(ns, name)] = name
-        for o, n in zip([n for n in old if n not in same], [n for n in new if n not in same]):
+        for o, n in zip([n for n in old if n not in same], [n for n in new if n not in same], strict=False):
             out[(ns, o)] = n
     return out
 
