@@ -226,7 +226,9 @@ def lws_rollout_state(obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] 
 def pod_problems(pods: Sequence[Mapping[str, Any]], limit: int = 3) -> list[str]:
     """Why pods are not ready, one line per unready pod (at most ``limit``): a waiting
     container's reason and message (``CrashLoopBackOff``, ``ImagePullBackOff``), the last
-    termination's exit code, else the Ready condition's message, else the phase."""
+    termination's exit code, else the scheduler's reason and message for a pod it could not
+    place (``Unschedulable: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu``, as
+    ``clear`` names the same pod), else the Ready condition's message, else the phase."""
     out: list[str] = []
     for pod in pods:
         meta = pod.get("metadata") or {}
@@ -242,6 +244,11 @@ def pod_problems(pods: Sequence[Mapping[str, Any]], limit: int = 3) -> list[str]
                 if last and last.get("exitCode") is not None:
                     text += f" (last exit code {last.get('exitCode')}, {cs.get('restartCount', 0)} restarts)"
                 why.append(text)
+        unscheduled = next((c for c in status.get("conditions") or []
+                            if c.get("type") == "PodScheduled" and c.get("status") == "False"), None)
+        if not why and unscheduled is not None:
+            why.append(f"{unscheduled.get('reason') or 'Pending'}: "
+                       f"{unscheduled.get('message') or 'the pod is not scheduled to a node yet'}")
         if not why:
             ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
             if ready and ready.get("message"):

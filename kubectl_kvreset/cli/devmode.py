@@ -165,10 +165,13 @@ def _report(report: Any, results: list[Any], output: str) -> None:
         if unwaited:
             caches.append(f"The rollout of {', '.join(r.owner.ref() for r in unwaited)} was not waited for: "
                           "its pods may still be being replaced, and their caches are not known to be emptied.")
+        undo: dict[str, list[str]] = {}  # one command per namespace, all of its owners
+        for r in changed:
+            undo.setdefault(r.namespace, []).append(r.owner.ref())
         info("warning: vLLM's dev endpoints (/reset_prefix_cache, /sleep, /collective_rpc ...) are now served "
              "without authentication to anyone who reaches the pods. " + " ".join(caches) + " "
-             "Turn dev mode off with: kubectl kvreset devmode --disable "
-             + " ".join(r.owner.ref() for r in changed) + f" -n {changed[0].namespace}")
+             "Turn dev mode off with: " + "; ".join(f"kubectl kvreset devmode --disable {' '.join(refs)} -n {ns}"
+                                                   for ns, refs in undo.items()))
     emit(report, output, empty_message="No vLLM server pods targeted.")
 
 

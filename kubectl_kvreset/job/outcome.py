@@ -111,7 +111,9 @@ class PortOutcome:
     ``unreachable``, ``forbidden``, ``interrupted``, ``config unread``: a ``--config`` file whose
     port or tiers could not be read...). ``code``: the exit code it earns.
     Keyed by :attr:`key` (namespace, pod, container, port), so several vLLM containers per pod
-    or several ports each get their own.
+    or several ports each get their own. ``successor``: the new pod that took this pod's place
+    when a restart or dev-mode rollout replaced it; the row then names the new pod, and its
+    message the one it replaces (the key keeps the pod the plan was made for).
     """
 
     namespace: str
@@ -130,6 +132,7 @@ class PortOutcome:
     left: tuple[LeftRow, ...]
     code: ExitCode
     unconfirmed: tuple[UnconfirmedRow, ...] = ()
+    successor: str | None = None
 
     @property
     def key(self) -> tuple[str, str, str, int | None]:
@@ -143,11 +146,15 @@ class PortOutcome:
 
     def row(self) -> dict[str, Any]:
         """The ``CacheReset`` row (the README documents its fields)."""
+        messages = self.messages
+        if self.successor is not None:
+            messages = (f"replaces {self.pod}" if self.successor != self.pod
+                        else f"a new pod of the same name replaced {self.pod}",) + messages
         return {
-            "namespace": self.namespace, "pod": self.pod, "port": self.port, "role": self.role,
+            "namespace": self.namespace, "pod": self.successor or self.pod, "port": self.port, "role": self.role,
             "owner": self.owner, "container": self.container, "engine": "vllm", "version": self.version,
             **{kind: _join(list(self.tiers.get(kind, ()))) for kind in TIER_KINDS},
-            "result": self.result, "message": "; ".join(self.messages) or None, "steps": list(self.steps),
+            "result": self.result, "message": "; ".join(messages) or None, "steps": list(self.steps),
             "calls": self.calls, "busy_answers": self.busy_answers,
             "left": [{"tier": lt.tier, "reason": lt.reason, "remedy": lt.remedy} for lt in self.left],
             "unconfirmed": [{"tier": u.tier, "reason": u.reason} for u in self.unconfirmed],
@@ -279,10 +286,14 @@ def build_outcome(plan: Plan, results: RunResults, notes: list[str], *, interrup
     pod without ports), the ``CacheReset`` report of them, and the notes."""
     report = Report("CacheReset", result_columns(plan.scope.namespace))
     ports: list[PortOutcome] = []
+    successor = successors_by_pod(plan, results)
     for p in plan.pods:
         ports_of: list[ApiPort | None] = [*p.pod.ports] or [None]
         for port in ports_of:
             po = port_outcome(p, port, results, interrupted=interrupted)
+            new = successor.get((p.pod.namespace, p.pod.name))
+            if new is not None:
+                po = replace(po, successor=new)
             ports.append(po)
             report.add(po.row(), po.code)
     for pod in plan.scope.skipped:
@@ -310,6 +321,26 @@ def build_outcome(plan: Plan, results: RunResults, notes: list[str], *, interrup
     replaced.update({(o.pod.namespace, o.pod.name): tuple(results.successors.get((o.pod.namespace, o.pod.owner), ()))
                      for o in plan.others if (o.pod.namespace, o.pod.owner) in rolled})
     return Outcome(tuple(ports), tuple(notes), interrupted, report, replaced, others)
+
+
+def successors_by_pod(plan: Plan, results: RunResults) -> dict[tuple[str, str], str]:
+    """``(namespace, old pod) -> new pod`` for the pods of owners a restart or dev-mode rollout
+    replaced: the owner's old pods and its new ones (:func:`kubectl_kvreset.job.execute.find_successors`)
+    paired in name order, so each row can name the pod that now serves (a StatefulSet's or
+    LeaderWorkerSet's successor keeps its name). Old pods beyond the new ones (a scale-down
+    meanwhile) get none."""
+    rolled = {key for key, res in results.owners.items() if owner_result_ok(res)}
+    out: dict[tuple[str, str], str] = {}
+    for key in rolled:
+        ns, owner = key
+        new = sorted(results.successors.get(key, ()))
+        old = sorted({p.pod.name for p in plan.pods if p.pod.namespace == ns and p.pod.owner == owner})
+        same = [n for n in old if n in new]          # successors that keep the name
+        for name in same:
+            out[(ns, name)] = name
+        for o, n in zip([n for n in old if n not in same], [n for n in new if n not in same], strict=False):
+            out[(ns, o)] = n
+    return out
 
 
 def refusal_notes(ports: list[PortOutcome]) -> list[str]:

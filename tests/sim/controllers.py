@@ -43,7 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from .batchpods import BatchRun, is_batch_spec
 from .network import AddressBlock, Network
+from .rbac import service_account_user
 from .scenario import Scenario
 from .store import ApiError, Event, Obj, ResourceType, Store, now_rfc3339
 
@@ -161,6 +163,8 @@ def pod_specs_of(obj: Obj) -> list[dict[str, Any]]:
 
 
 GPU_RESOURCE = "nvidia.com/gpu"
+#: where the ServiceAccount admission plugin mounts a pod's token, CA and namespace
+SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def gpu_request(spec: dict[str, Any]) -> int:
@@ -273,6 +277,8 @@ class PodRecord:
     env: dict[str, dict[str, str]] = field(default_factory=dict)
     probe_ok: bool | None = None
     held: str | None = None
+    #: a batch pod's run (tests/sim/batchpods.py), None for pods that serve
+    batch: Any = None
 
     def state(self, listing_cache: dict[str, list[str]] | None = None) -> dict[str, Any]:
         """This pod's entry of ``/sim/v1/state``: the simulator's fields plus the runtime's
@@ -403,6 +409,11 @@ class Cluster:
         self.t_ds = self._t(t.lookup("apps", "v1", "daemonsets"))
         self.t_svc = self._t(t.lookup("", "v1", "services"))
         self.t_node = self._t(t.lookup("", "v1", "nodes"))
+        self.t_sa = self._t(t.lookup("", "v1", "serviceaccounts"))
+        self.t_job = self._t(t.lookup("batch", "v1", "jobs"))
+        #: the API server (tests/sim/server.py ``SimServer``) once it exists: mints the service
+        #: account tokens pods mount and gives its port and CA
+        self.api_server: Any = None
         self.network = Network(store, self.addresses, self.record_for,
                                config.state_dir / "net")
         for i, node in enumerate(self.node_names):
@@ -477,7 +488,7 @@ class Cluster:
         orders installs). Raises ``ApiError`` on the first failure (e.g. a duplicate name)."""
         out = []
         workloads = ("Pod", "ReplicaSet", "Deployment", "StatefulSet", "LeaderWorkerSet",
-                     "DaemonSet")
+                     "DaemonSet", "Job")
         objs = sorted(objs, key=lambda o: o.get("kind") in workloads)
         for o in objs:
             o = self.prepare_manifest_object(o)
@@ -509,6 +520,7 @@ class Cluster:
                 self.ensure_namespace(ns)
             namespace = ns
         if rtype is self.t_pod:
+            self._admit_service_account(obj, namespace or self.config.namespace)
             self._default_pod(obj)
         elif rtype is self.t_svc:
             self.network.default_service(obj)
@@ -564,6 +576,46 @@ class Cluster:
                         f"0/{n} nodes are available: {n} No preemption victims found for incoming "
                         "pod.")}]}
 
+    def _admit_service_account(self, obj: Obj, namespace: str) -> None:
+        """The ServiceAccount admission plugin, for a pod that names its ``serviceAccountName``
+        (pods that name none are left as they are): when the account exists (or is ``default``;
+        a real API server refuses a pod whose account is missing, here such a pod only gets no
+        token, since fixtures name accounts they do not hold), and unless
+        ``automountServiceAccountToken`` is false (pod, else account) the pod gets the projected
+        volume ``kube-api-access-<5>`` (token, ``ca.crt`` from the ``kube-root-ca.crt``
+        ConfigMap, ``namespace``) mounted read-only at /var/run/secrets/kubernetes.io/serviceaccount
+        in every container (k8s.io/kubernetes ``plugin/pkg/admission/serviceaccount``)."""
+        spec = obj.setdefault("spec", {})
+        sa = str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "")
+        if not sa:
+            return
+        spec["serviceAccountName"] = sa
+        account = self.store.try_get(self.t_sa, namespace, sa)
+        if account is None and sa != "default":
+            return   # an account the manifests do not hold (fixtures name some): no token
+        auto = spec.get("automountServiceAccountToken")
+        if auto is None:
+            auto = (account or {}).get("automountServiceAccountToken")
+        if auto is False:
+            return
+        containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
+        if any(m.get("mountPath") == SA_MOUNT for c in containers for m in c.get("volumeMounts") or []):
+            return
+        vol = f"kube-api-access-{random_suffix()}"
+        spec.setdefault("volumes", []).append({"name": vol, "projected": {"defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
+                "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}})
+        for c in containers:
+            c.setdefault("volumeMounts", []).append({"name": vol, "mountPath": SA_MOUNT, "readOnly": True})
+        if self.api_server is not None and self.store.try_get(self.t_cm, namespace, "kube-root-ca.crt") is None:
+            try:
+                self.store.create(self.t_cm, {"metadata": {"name": "kube-root-ca.crt"}, "data": {
+                    "ca.crt": self.api_server.ca_pem().decode()}}, namespace)
+            except ApiError:
+                pass
+
     def _default_pod(self, obj: Obj) -> None:
         spec = obj.setdefault("spec", {})
         if not spec.get("nodeName"):
@@ -611,7 +663,7 @@ class Cluster:
                     ref = controller_of(ev.obj)
                     if ref is not None:
                         self._enqueue((str(ref.get("kind")), ns, str(ref.get("name"))))
-            elif t in (self.t_deploy, self.t_rs, self.t_lws, self.t_ds) and ev.type != "DELETED":
+            elif t in (self.t_deploy, self.t_rs, self.t_lws, self.t_ds, self.t_job) and ev.type != "DELETED":
                 self._enqueue((t.kind, ns, name))
 
     def _enqueue(self, key: tuple[str, str, str]) -> None:
@@ -634,6 +686,8 @@ class Cluster:
                         self.reconcile_lws(ns, name)
                     elif kind == "DaemonSet":
                         self.reconcile_daemonset(ns, name)
+                    elif kind == "Job":
+                        self.reconcile_job(ns, name)
             finally:
                 self._draining = False
 
@@ -833,6 +887,76 @@ class Cluster:
             ref = controller_of(rs)
             if ref and ref.get("kind") == "Deployment":
                 self.update_deployment_status(ns, ref["name"])
+
+    # ---------------- Job ----------------
+    def reconcile_job(self, ns: str, name: str) -> None:
+        """One pod at a time (``parallelism`` and ``completions`` are taken as 1): the Job gets
+        its ``controller-uid`` selector and template labels, a pod ``<job>-<5>`` while none is
+        active, none succeeded and the failed ones are within ``backoffLimit`` (default 6);
+        then ``Complete`` or ``Failed`` (``BackoffLimitExceeded``), as the Job controller
+        writes them (k8s.io/kubernetes ``pkg/controller/job``)."""
+        with self._lock:
+            job = self.store.try_get(self.t_job, ns, name)
+            if job is None:
+                return
+            uid = job["metadata"]["uid"]
+            labels = {"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
+                      "controller-uid": uid, "job-name": name}
+            spec = job.get("spec") or {}
+            tlabels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+            if not spec.get("selector") or any(tlabels.get(k) != v for k, v in labels.items()):
+                new = copy.deepcopy(job)
+                nspec = new.setdefault("spec", {})
+                nspec.setdefault("selector", {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}})
+                nspec.setdefault("backoffLimit", 6)
+                nspec.setdefault("completions", 1)
+                nspec.setdefault("parallelism", 1)
+                tmd = nspec.setdefault("template", {}).setdefault("metadata", {})
+                tmd["labels"] = {**(tmd.get("labels") or {}), **labels}
+                self.store.replace(self.t_job, ns, name, new, check_rv=False)
+                return   # the update's event reconciles again
+            status = dict(job.get("status") or {})
+            conds = status.get("conditions") or []
+            if any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conds):
+                return
+            pods = self._owned(self.t_pod, ns, uid)
+            phases = [(p.get("status") or {}).get("phase") for p in pods]
+            succeeded = phases.count("Succeeded")
+            failed = phases.count("Failed")
+            active = len(phases) - succeeded - failed
+            now = now_rfc3339()
+            status.setdefault("startTime", now)
+            status.update({"active": active, "succeeded": succeeded, "failed": failed,
+                           "ready": sum(1 for p in pods if self._pod_ready(p))})
+            try:
+                backoff = int(spec.get("backoffLimit", 6))
+            except (TypeError, ValueError):
+                backoff = 6
+            if succeeded >= 1:
+                status["conditions"] = [
+                    {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
+                     "message": "Reached expected number of succeeded pods", "lastProbeTime": now,
+                     "lastTransitionTime": now},
+                    {"type": "Complete", "status": "True", "reason": "CompletionsReached",
+                     "message": "Reached expected number of succeeded pods", "lastProbeTime": now,
+                     "lastTransitionTime": now}]
+                status["completionTime"] = now
+            elif failed > backoff:
+                status["conditions"] = [
+                    {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
+                     "message": "Job has reached the specified backoff limit", "lastProbeTime": now,
+                     "lastTransitionTime": now},
+                    {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                     "message": "Job has reached the specified backoff limit", "lastProbeTime": now,
+                     "lastTransitionTime": now}]
+            elif active == 0:
+                try:
+                    self._create_pod_from_template(job, spec.get("template") or {}, f"{name}-", ("Job", name))
+                    status["active"] = 1
+                except ApiError as e:
+                    print(f"sim: job {ns}/{name}: FailedCreate: {e}", file=sys.stderr)
+            if status != (job.get("status") or {}):
+                self.store.update_status(self.t_job, ns, name, status)
 
     def _top_owner(self, obj: Obj) -> tuple[str, str]:
         ref = controller_of(obj)
@@ -1161,6 +1285,8 @@ class Cluster:
         rec.deleted = True
         rec.ready = False
         self.network.hosts.remove(rec.uid)
+        if rec.batch is not None:
+            rec.batch.stop()
         rt = rec.runtime
         if rt is not None:
             self._pool.submit(self._stop_runtime, rt)
@@ -1185,6 +1311,15 @@ class Cluster:
         md = pod["metadata"]
         ns = md["namespace"]
         env: dict[str, str] = {}
+        if self.api_server is not None and any(
+                m.get("mountPath") == SA_MOUNT for m in container.get("volumeMounts") or []):
+            # the kubelet's service variables of the `kubernetes` Service: here the API
+            # server's own loopback address (pods share the machine's loopback)
+            port = str(self.api_server.port)
+            env.update({"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": port,
+                        "KUBERNETES_SERVICE_PORT_HTTPS": port,
+                        "KUBERNETES_PORT": f"tcp://127.0.0.1:{port}",
+                        "KUBERNETES_PORT_443_TCP": f"tcp://127.0.0.1:{port}"})
         for ef in container.get("envFrom") or []:
             prefix = ef.get("prefix", "")
             if "configMapRef" in ef:
@@ -1294,6 +1429,22 @@ class Cluster:
                         sec = dict(source["secret"] or {})
                         sec["secretName"] = sec.get("name", "")
                         self._project_keys(rec.namespace, {"secret": sec}, d)
+                    elif "serviceAccountToken" in source and self.api_server is not None:
+                        rel = str((source["serviceAccountToken"] or {}).get("path") or "token")
+                        sa = str(spec.get("serviceAccountName") or "default")
+                        d.mkdir(parents=True, exist_ok=True)
+                        (d / rel).write_text(self.api_server.mint_token(
+                            service_account_user(rec.namespace, sa)))
+                    elif "downwardAPI" in source:
+                        md = pod.get("metadata") or {}
+                        for item in (source["downwardAPI"] or {}).get("items") or []:
+                            field_path = str((item.get("fieldRef") or {}).get("fieldPath") or "")
+                            value = {"metadata.namespace": rec.namespace, "metadata.name": rec.name,
+                                     "metadata.uid": rec.uid}.get(field_path, md.get(field_path))
+                            rel = str(item.get("path") or "")
+                            if value is not None and rel and ".." not in Path(rel).parts:
+                                d.mkdir(parents=True, exist_ok=True)
+                                (d / rel).write_text(str(value))
             else:
                 continue
             d.mkdir(parents=True, exist_ok=True)
@@ -1396,7 +1547,14 @@ class Cluster:
                 rec.overrides["hosts_file"] = str(self.network.hosts.add(
                     rec.uid, rec.namespace, [(rec.pod_ip, rec.name)]))
                 self.network.mark_dirty(rec.namespace)
-            if self.backend is not None:
+            if self.config.sandbox and is_batch_spec(spec) and not any(
+                    is_vllm_container(c) for c in spec.get("containers") or []):
+                rec.batch = BatchRun(
+                    name=rec.name, spec=copy.deepcopy(spec),
+                    env_for=lambda c, rec=rec: self._batch_env(rec, c),
+                    volume_dirs=volume_dirs, shm_dir=shm_dir, log_dir=pdir / "logs",
+                    on_done=lambda run, rec=rec: self._batch_done(rec, run))
+            elif self.backend is not None:
                 ctx = self.backend.context_cls(
                     namespace=rec.namespace, name=rec.name, uid=rec.uid, pod_ip=rec.pod_ip,
                     spec=copy.deepcopy(spec), env_by_container=env_by_container,
@@ -1420,6 +1578,57 @@ class Cluster:
         else:
             self._scheduler.call_at(due, lambda: self._mark_running(rec))
 
+    def _batch_env(self, rec: PodRecord, container: dict[str, Any]) -> dict[str, str]:
+        """A batch container's env, resolved when it starts (the API server's port is known
+        by then: pods loaded from manifests start before it listens)."""
+        for _ in range(100):
+            if self.api_server is None or self.api_server.port:
+                break
+            time.sleep(0.1)
+        pod = self.store.try_get(self.t_pod, rec.namespace, rec.name)
+        return self.resolve_env(pod, container, rec.pod_ip) if pod is not None else {}
+
+    def _batch_done(self, rec: PodRecord, run: BatchRun) -> None:
+        """A batch pod's containers have ended: phase ``Succeeded`` or ``Failed``, each
+        container ``terminated`` with its exit code, as the kubelet reports it; the Job follows."""
+        if rec.deleted or self._stopped:
+            return
+        with self._lock:
+            pod = self.store.try_get(self.t_pod, rec.namespace, rec.name)
+            if pod is None or pod["metadata"]["uid"] != rec.uid:
+                return
+            spec = pod.get("spec") or {}
+            status = copy.deepcopy(pod.get("status") or {})
+            exits = {e.name: e for e in run.exits}
+            inits = {e.name: e for e in run.init_exits}
+
+            def cstatus(c: dict[str, Any], ex: Any) -> dict[str, Any]:
+                base = {"name": c.get("name", ""), "image": c.get("image", ""), "imageID": "",
+                        "ready": False, "restartCount": 0, "started": False}
+                if ex is None or ex.exit_code is None:
+                    return {**base, "state": {"waiting": {"reason": "PodInitializing"}}}
+                term = {"exitCode": ex.exit_code, "reason": ex.reason, "startedAt": ex.started_at,
+                        "finishedAt": ex.finished_at}
+                if ex.message:
+                    term["message"] = ex.message
+                return {**base, "state": {"terminated": term}}
+
+            status["phase"] = "Succeeded" if run.succeeded else "Failed"
+            status["containerStatuses"] = [cstatus(c, exits.get(c.get("name", "")))
+                                           for c in spec.get("containers") or []]
+            if spec.get("initContainers"):
+                status["initContainerStatuses"] = [cstatus(c, inits.get(c.get("name", "")))
+                                                   for c in spec.get("initContainers") or []]
+            reason = "PodCompleted" if run.succeeded else "PodFailed"
+            for c in status.get("conditions") or []:
+                if c.get("type") in ("Ready", "ContainersReady"):
+                    c.update({"status": "False", "reason": reason})
+                    c.pop("message", None)
+            rec.running = False
+            rec.ready = False
+            self.store.update_status(self.t_pod, rec.namespace, rec.name, status)
+            self.update_owner_status(rec.namespace, pod)
+
     def _mark_running(self, rec: PodRecord) -> None:
         """Pending -> Running; Ready unless the runtime crash-loops (vLLM container waiting in
         ``CrashLoopBackOff``, Ready False)."""
@@ -1436,6 +1645,8 @@ class Cluster:
             rec.ready = not rec.crashed and rec.probe_ok is not False
             self.store.update_status(self.t_pod, rec.namespace, rec.name, status)
             self.update_owner_status(rec.namespace, pod)
+        if rec.batch is not None:
+            rec.batch.start()
         if rec.probe_ok is not None:
             self._scheduler.call_at(time.monotonic() + 0.5, lambda: self._submit_probe(rec))
 
@@ -1474,6 +1685,8 @@ class Cluster:
             self.update_lws_status(namespace, ref["name"])
         elif ref.get("kind") == "DaemonSet":
             self.update_daemonset_status(namespace, ref["name"])
+        elif ref.get("kind") == "Job":
+            self._enqueue(("Job", namespace, ref["name"]))
 
     def call_at(self, due: float, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the scheduler thread at monotonic time ``due`` (faults use it)."""
@@ -1622,6 +1835,9 @@ class Cluster:
         the Service relays and the worker threads; give the address block back."""
         self._stopped = True
         self._scheduler.stop()
+        for r in self.records():
+            if r.batch is not None:
+                r.batch.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.network.stop()
         live = [r.runtime for r in self.records() if r.runtime is not None and not r.deleted]

@@ -11,8 +11,11 @@ the way the RBAC authorizer of a v1.32 API server does (k8s.io/kubernetes
   (``pods``, ``pods/exec``...), ``*``, ``<resource>/*`` or ``*/<subresource>``, ``verbs`` holds the
   verb or ``*``, and ``resourceNames`` is empty or holds the object's name (a request without a
   name, a list or a create, never matches a rule with resourceNames);
-- subjects: ``User`` by name; ``Group`` ``system:authenticated`` (every user holding a token);
-  other groups and ServiceAccounts are not modelled (scenario users belong to no other group).
+- subjects: ``User`` by name; ``ServiceAccount`` (``name``, ``namespace``: the binding's own when
+  empty, as ``appliesToUser`` defaults it) for the user ``system:serviceaccount:<ns>:<name>`` that
+  a pod's mounted token authenticates as; ``Group`` ``system:authenticated`` (every user holding a
+  token), and ``system:serviceaccounts`` / ``system:serviceaccounts:<ns>`` for service accounts;
+  other groups are not modelled (scenario users belong to no other group).
 
 Aggregated ClusterRoles (``aggregationRule``) and ``nonResourceURLs`` rules are not evaluated.
 Verbs are the request-info verbs (``get``, ``list``, ``watch``, ``create``, ``update``, ``patch``,
@@ -26,10 +29,25 @@ from typing import Any
 
 from .store import Obj, ResourceType, Store
 
-__all__ = ["RBACAuthorizer", "rule_allows"]
+__all__ = ["RBACAuthorizer", "rule_allows", "service_account_user"]
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
 AUTHENTICATED_GROUP = "system:authenticated"
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+
+
+def service_account_user(namespace: str, name: str) -> str:
+    """The user name a service account's token authenticates as
+    (``system:serviceaccount:<namespace>:<name>``, k8s.io/apiserver ``serviceaccount.MakeUsername``)."""
+    return f"{SERVICE_ACCOUNT_PREFIX}{namespace}:{name}"
+
+
+def _groups_of(user: str) -> set[str]:
+    groups = {AUTHENTICATED_GROUP}
+    if user.startswith(SERVICE_ACCOUNT_PREFIX):
+        ns = user[len(SERVICE_ACCOUNT_PREFIX):].split(":", 1)[0]
+        groups |= {"system:serviceaccounts", f"system:serviceaccounts:{ns}"}
+    return groups
 
 
 def _strs(value: Any) -> list[str]:
@@ -98,15 +116,20 @@ class RBACAuthorizer:
         return [r for r in rules if isinstance(r, dict)] if isinstance(rules, list) else []
 
     @staticmethod
-    def _subject_matches(subjects: Iterable[Any], user: str) -> bool:
+    def _subject_matches(subjects: Iterable[Any], user: str, binding_ns: str | None = None) -> bool:
+        groups = _groups_of(user)
         for s in subjects:
             if not isinstance(s, dict):
                 continue
             kind, name = s.get("kind"), s.get("name")
             if kind == "User" and name == user:
                 return True
-            if kind == "Group" and name == AUTHENTICATED_GROUP:
+            if kind == "Group" and name in groups:
                 return True
+            if kind == "ServiceAccount" and name:
+                sa_ns = str(s.get("namespace") or binding_ns or "")
+                if sa_ns and user == service_account_user(sa_ns, str(name)):
+                    return True
         return False
 
     def rules_for(self, user: str, namespace: str | None) -> list[dict[str, Any]]:
@@ -117,7 +140,7 @@ class RBACAuthorizer:
                 rules += self._role_rules(b.get("roleRef") or {}, None)
         if namespace is not None:
             for b in self._list("rolebindings", namespace):
-                if self._subject_matches(b.get("subjects") or [], user):
+                if self._subject_matches(b.get("subjects") or [], user, namespace):
                     rules += self._role_rules(b.get("roleRef") or {}, namespace)
         return rules
 

@@ -331,6 +331,7 @@ class SimServer:
                  namespace: str = "default", unreachable_delay: float = 0.5,
                  faults: Faults | None = None, token_ttl: dict[str, int] | None = None) -> None:
         self.cluster = cluster
+        cluster.api_server = self
         self.store = cluster.store
         self.namespace = namespace
         self.admin_token = secrets.token_urlsafe(32)
@@ -788,8 +789,7 @@ class SimServer:
                 self._portforward(h, pod, params)
             raise _Hijacked()
         if sub == "log":
-            self.store.get(rtype, ns, name)
-            return 200, [("Content-Type", "text/plain")], b""
+            return self._log(self.store.get(rtype, ns, name), query)
 
         if verb == "watch":
             raise _Stream(self._watch(rtype, ns, query, "as=Table" in accept))
@@ -877,6 +877,31 @@ class SimServer:
                                     "items": items})
         raise method_not_allowed("the server does not allow this method on the requested "
                                  "resource")
+
+    def _log(self, pod: Obj, query: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
+        """``pods/log``: a batch pod's container log (tests/sim/batchpods.py), empty for other
+        pods. ``container`` may be left out when the pod has one container (else 400 as the
+        API server words it); ``tailLines`` is honoured."""
+        spec = pod.get("spec") or {}
+        names = [str(c.get("name")) for c in spec.get("containers") or []]
+        inits = [str(c.get("name")) for c in spec.get("initContainers") or []]
+        pname = pod["metadata"]["name"]
+        container = query.get("container") or ""
+        if not container:
+            if len(names) != 1:
+                raise bad_request(f"a container name must be specified for pod {pname}, choose one "
+                                  f"of: [{' '.join(names)}] or one of the init containers: "
+                                  f"[{' '.join(inits)}]")
+            container = names[0]
+        elif container not in names + inits:
+            raise bad_request(f"container {container} is not valid for pod {pname}")
+        rec = self.cluster.record_for(pod["metadata"]["namespace"], pname)
+        data = rec.batch.log(container) if rec is not None and rec.batch is not None else b""
+        tail = query.get("tailLines")
+        if tail and tail.isdigit():
+            lines = data.splitlines(keepends=True)
+            data = b"".join(lines[-int(tail):]) if int(tail) else b""
+        return 200, [("Content-Type", "text/plain")], data
 
     @staticmethod
     def _decode(body: bytes) -> Obj:

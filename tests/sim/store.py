@@ -222,6 +222,8 @@ BUILTIN_TYPES: list[ResourceType] = [
     ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",),
                  subresources=("status",), categories=("all",)),
     ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True),
+    ResourceType("batch", "v1", "jobs", "Job", True, (), subresources=("status",),
+                 categories=("all",)),
     ResourceType("", "v1", "nodes", "Node", False, ("no",), subresources=("status",)),
     ResourceType("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", True,
                  ("lws",), subresources=("status", "scale"), strategic=False),

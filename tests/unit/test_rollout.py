@@ -135,6 +135,14 @@ def test_pod_problems_names_the_cause() -> None:
         "pod d-1: container vllm CrashLoopBackOff (last exit code 1, 5 restarts)"]
 
 
+def test_pod_problems_names_the_schedulers_reason() -> None:
+    pending = {"metadata": {"name": "d-3", "uid": "w"}, "status": {"phase": "Pending", "conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}]}}
+    assert pod_problems([pending]) == [
+        "pod d-3: Unschedulable: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu."]
+
+
 # ---- an in-memory API ----
 
 
