@@ -30,6 +30,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+from urllib.parse import urlencode
 
 from ..kube import HttpAnswer
 from ..plan import STEP_API_RESET, STEP_CLEAR_FS, STEP_DEVMODE, STEP_RESTART
@@ -49,9 +50,10 @@ from ..vllm_api import (
 )
 
 if TYPE_CHECKING:
-    from .planning import Plan
+    from .planning import Plan, PodPlan
 
-__all__ = ["EngineProof", "Reading", "Verifier", "verdict", "verifier_for"]
+__all__ = ["EngineProof", "Reading", "Verifier", "planned_steps", "probe_points", "verdict", "verifier_for",
+           "verify_codes"]
 
 #: What to do about a tier a probe found warm, by the tier the source names.
 WARM_REMEDIES = {
@@ -95,8 +97,9 @@ class Reading:
 class EngineProof:
     """The canary of one pod, container, API port and ``engine`` (its label; ``""`` for a
     server without engine labels): ``block_size``, ``model``, the ``salts`` per point, the
-    ``control`` reading, the ``probes`` after the steps, the ``final_reset`` answer, and
-    ``unverifiable`` (why no proof is possible; None when it is)."""
+    ``control`` reading, the ``probes`` after the steps, the ``final_reset`` answer,
+    ``unverifiable`` (why no proof is possible; None when it is) and ``busy`` (why this
+    engine's reset did not succeed; None when it did or was not refused as busy)."""
 
     namespace: str
     pod: str
@@ -129,9 +132,9 @@ class EngineProof:
 def verdict(proof: EngineProof) -> tuple[str, str]:
     """``(state, text)`` of one engine: ``cold``, ``warm`` (``warm: N cached tokens from
     SOURCE``, with the step it was found after), ``busy`` or ``not verifiable: WHY``. The last
-    probe decides: it follows every step."""
-    if proof.busy is not None:
-        return "busy", f"busy: {proof.busy}"
+    probe decides: it follows every step. An engine whose reset did not succeed (``busy``: its
+    running requests held blocks) is never ``cold``: a canary that missed there may have been
+    evicted, while what the running requests cached stays; a hit is still ``warm``."""
     if proof.unverifiable is not None:
         return "not verifiable", f"not verifiable: {proof.unverifiable}"
     if not proof.probes:
@@ -140,6 +143,8 @@ def verdict(proof: EngineProof) -> tuple[str, str]:
     if last.cached is None:
         return "not verifiable", f"not verifiable: the probe after {last.point} could not be read ({last.error})"
     if last.cached == 0:
+        if proof.busy is not None:
+            return "busy", f"busy: {proof.busy}"
         return "cold", "cold"
     return "warm", f"warm: {last.cached} cached tokens from {source_text(last.sources)}"
 
@@ -180,20 +185,58 @@ class _Target:
     points: tuple[str, ...]
 
 
+def probe_points(p: PodPlan, fallback: str, *, store: bool) -> tuple[str, ...]:
+    """The probe points of one pod's plan, in order: ``api-reset``, ``clear-fs``, ``rollout``
+    (where a restart or dev-mode rollout may replace it: its step, or ``fallback`` ``restart`` /
+    ``devmode``, which a 404 may call for), ``store`` when ``store`` (the run has a store step)."""
+    may_roll = fallback in ("restart", "devmode")
+    return tuple(pt for pt, on in (("api-reset", p.has(STEP_API_RESET)), ("clear-fs", p.has(STEP_CLEAR_FS)),
+                                   ("rollout", p.has(STEP_RESTART) or p.has(STEP_DEVMODE) or may_roll),
+                                   ("store", store)) if on)
+
+
+def planned_steps(p: PodPlan, fallback: str, *, store: bool) -> list[dict[str, object]]:
+    """What ``--verify`` will do on each API port of one pod's plan, for ``--dry-run``: per port
+    ``{"port": N, "steps": [...]}``, the steps ``seed ...``, ``control ...``, one ``probe after
+    POINT`` per point (:func:`probe_points`) and ``final reset ...`` (the job's own query).
+    Empty for a pod that does not run (nothing is sent to it)."""
+    if p.not_running is not None:
+        return []
+    points = probe_points(p, fallback, store=store)
+    query = "?" + urlencode(p.query) if p.query else ""
+    steps = [f"seed: a salted canary of 2 x block + 1 tokens per engine for each probe point ({', '.join(points)})",
+             f"control: the {points[0] if points else 'first'} canary again, must hit 2 blocks",
+             *[f"probe after {pt}" for pt in points],
+             f"final reset: POST /reset_prefix_cache{query} (removes the canaries' blocks)"]
+    return [{"port": port.port, "steps": steps} for port in p.pod.ports]
+
+
+def verify_codes(value: object) -> object:
+    """The table's short form of :func:`planned_steps`: ``8000: seed,control,probe:api-reset,
+    final-reset`` per port (``;`` between ports); anything else unchanged."""
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        return value
+    out = []
+    for v in value:
+        codes = []
+        for step in v.get("steps") or []:
+            text = str(step)
+            codes.append("probe:" + text[len("probe after "):] if text.startswith("probe after ")
+                         else text.split(":", 1)[0].replace(" ", "-"))
+        out.append(f"{v.get('port')}: {','.join(codes)}")
+    return "; ".join(out)
+
+
 def verifier_for(plan: Plan, cancel: Cancel | None = None, *, store: bool = False) -> Verifier:
     """The :class:`Verifier` of a plan: every API port of every targeted pod that runs, with
-    the probe points its steps give (``api-reset``, ``clear-fs``, ``rollout`` where a restart or
-    dev-mode rollout may replace it, ``store`` when ``store``)."""
+    the probe points its steps give (:func:`probe_points`)."""
     targets = []
-    may_roll = plan.options.fallback in ("restart", "devmode")
     for p in plan.pods:
         if p.not_running is not None:
             continue
-        points = [pt for pt, on in (("api-reset", p.has(STEP_API_RESET)), ("clear-fs", p.has(STEP_CLEAR_FS)),
-                                    ("rollout", p.has(STEP_RESTART) or p.has(STEP_DEVMODE) or may_roll),
-                                    ("store", store)) if on]
+        points = probe_points(p, plan.options.fallback, store=store)
         for port in p.pod.ports:
-            targets.append((p.pod, port, p.query, tuple(points)))
+            targets.append((p.pod, port, p.query, points))
     return Verifier(plan.scope.caller, targets, max_concurrency=plan.options.max_concurrency, cancel=cancel)
 
 
