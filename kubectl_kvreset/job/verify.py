@@ -84,9 +84,18 @@ class Reading:
     note: str | None = None
     error: str | None = None
 
+    @property
+    def found(self) -> str:
+        """What this reading alone shows: ``cold``, ``warm: N cached tokens from SOURCE`` or
+        ``not read: WHY``."""
+        if self.cached is None:
+            return f"not read: {self.error}"
+        return "cold" if self.cached == 0 else f"warm: {self.cached} cached tokens from {source_text(self.sources)}"
+
     def as_dict(self) -> dict[str, object]:
-        """The reading for the JSON row and the certificate."""
-        return {"point": self.point, "pod": self.pod, "cached_tokens": self.cached, "sources": dict(self.sources),
+        """The reading for the JSON row and the certificate (``found``: :attr:`found`)."""
+        return {"point": self.point, "pod": self.pod, "found": self.found, "cached_tokens": self.cached,
+                "sources": dict(self.sources),
                 "method": self.method, "counters": {"prefix_cache_hits": self.hits,
                                                     "external_prefix_cache_hits": self.external_hits,
                                                     "prefix_cache_queries": self.queries},
@@ -146,7 +155,7 @@ def verdict(proof: EngineProof) -> tuple[str, str]:
         if proof.busy is not None:
             return "busy", f"busy: {proof.busy}"
         return "cold", "cold"
-    return "warm", f"warm: {last.cached} cached tokens from {source_text(last.sources)}"
+    return "warm", last.found
 
 
 def source_text(sources: Mapping[str, int]) -> str:
