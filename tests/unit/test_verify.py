@@ -193,3 +193,21 @@ def test_the_dry_run_lists_the_verify_steps_per_port() -> None:
     assert verify_codes(got) == ("8000: seed,control,probe:api-reset,probe:store,final-reset; "
                                  "8001: seed,control,probe:api-reset,probe:store,final-reset")
     assert planned_steps(SimpleNamespace(not_running="x"), "none", store=False) == []  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/clear.md"])
+def test_the_published_certificate_examples_validate_against_the_schema(doc: str) -> None:
+    import re
+    from pathlib import Path
+
+    import jsonschema
+
+    from kubectl_kvreset.job.certificate import schema
+
+    text = (Path(__file__).resolve().parents[2] / doc).read_text(encoding="utf-8")
+    examples = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", text, re.S) if '"KvResetCertificate"' in b]
+    assert examples, f"{doc} shows no certificate"
+    for example in examples:
+        jsonschema.validate(example, schema(), format_checker=jsonschema.FormatChecker())
+        readings = [r for t in example["targets"] for e in t["proof"]["engines"] for r in [e["control"], *e["probes"]]]
+        assert all("found" in r for r in readings), readings
