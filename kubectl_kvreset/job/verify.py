@@ -9,8 +9,9 @@ else that engine is ``not verifiable`` (prefix caching off, counters unreadable)
 ``cold``. After each step of the job (the API resets, clear-fs, a restart or dev-mode rollout:
 a replaced pod is probed in its successors, the store step) the canary of that point is sent
 once more: the **probe**. A probe that misses caches the canary again, so each point has its
-own canary, seeded before the job, and a last reset removes the canaries' own blocks (its
-answer is kept; it is not itself probed).
+own canary, seeded before the job, and a last reset, sent right after the port's last probe,
+removes the canaries' own blocks (its answer is kept; it is not itself probed). The scrape
+before the seeds is the control's baseline: a seed's fresh salt adds no hit.
 
 The measurement is ``usage.prompt_tokens_details.cached_tokens`` where the server returns it
 (``--enable-prompt-tokens-details``), else the engine's deltas of ``vllm:prefix_cache_hits``
@@ -272,6 +273,7 @@ class Verifier:
         self.run_id = run_id or secrets.token_hex(4)
         self.proofs: dict[tuple[str, str, str, int, str], EngineProof] = {}
         self._lock = threading.Lock()  # the ports' threads add proofs while others read them
+        self._finished: set[int] = set()  # the targets (id) whose last reset was sent
         #: (namespace, pod) of each replaced pod -> the successors its canaries were probed in
         self.successors: dict[tuple[str, str], tuple[str, ...]] = {}
 
@@ -310,13 +312,15 @@ class Verifier:
                 if isinstance(got, str):
                     proof.unverifiable = f"the canary for {point} was refused: {got}"
                     break
-        mid = self._scrape(ref, t.port)
         for proof in [p for p in live if p.unverifiable is None]:  # the positive controls
             first = next(iter(proof.salts))
             proof.control = self._measure(ref, t.port, proof, proof.salts[first], "control", t.pod.name)
         after = self._scrape(ref, t.port)
         for proof in [p for p in live if p.unverifiable is None and p.control is not None]:
-            control = self._with_counters(proof.control, proof, mid, after)  # type: ignore[arg-type]
+            # the scrape before the seeds is the control's baseline: a seed has a salt no block
+            # was cached with, so it adds no hit, and its prompt's queries are taken off
+            control = self._with_counters(proof.control, proof, before, after,  # type: ignore[arg-type]
+                                          seeded=len(proof.salts))
             proof.control = control
             expected = 2 * (proof.block_size or 0)
             if control.cached is None:
@@ -362,20 +366,27 @@ class Verifier:
             after = self._scrape(ref, t.port)
             for proof, reading in readings:
                 proof.probes.append(self._with_counters(reading, proof, before, after))
+        if point == t.points[-1]:  # no probe follows: the last reset now, not in a later round
+            self._finish_port(t)
 
     # ------------------------------------------------------------------ the last reset
     def finish(self) -> None:
         """The last reset (the job's query) on every probed port, successors included, removing
-        the canaries' own blocks; each proof keeps its answer."""
-        units = []
-        for t in self.targets:
-            proofs = [self.proofs[k] for k in self._keys(t) if self.proofs[k].salts]
-            if proofs:
-                for name in self.successors.get((t.pod.namespace, t.pod.name), (t.pod.name,)):
-                    units.append((t, name, proofs))
+        the canaries' own blocks; each proof keeps its answer. A port's last probe point
+        already sends it (no later probe needs the canaries): this sends it where none did."""
+        todo = [t for t in self.targets if id(t) not in self._finished]
+        parallel(todo, self._finish_port, self.max_concurrency, self.cancel)
 
-        def one(u: tuple[_Target, str, list[EngineProof]]) -> None:
-            t, name, proofs = u
+    def _finish_port(self, t: _Target) -> None:
+        """The last reset of one port (once), on the pod or its successors."""
+        with self._lock:
+            if id(t) in self._finished:
+                return
+            self._finished.add(id(t))
+        proofs = [self.proofs[k] for k in self._keys(t) if self.proofs[k].salts]
+        if not proofs:
+            return
+        for name in self.successors.get((t.pod.namespace, t.pod.name), (t.pod.name,)):
             got = reset(self.caller, PodRef(t.pod.namespace, name, t.pod.container), t.port.port,
                         "/reset_prefix_cache", t.query, scheme=t.port.scheme, busy_timeout_s=10.0)
             text = got.answer.detail if got.answer else (got.failure.message if got.failure else "no answer")
@@ -383,8 +394,6 @@ class Verifier:
                 text += ("; the canaries' own blocks stay (salted: no request without their salt hits them)")
             for proof in proofs:
                 proof.final_reset = text if name == t.pod.name else f"{name}: {text}"
-
-        parallel(units, one, self.max_concurrency, self.cancel)
 
     def for_port(self, namespace: str, pod: str, container: str, port: int | None) -> list[EngineProof]:
         """The proofs of one row (engine order)."""
@@ -433,9 +442,10 @@ class Verifier:
         return Reading(point, pod_name, cached, method="cached_tokens" if cached is not None else "counters")
 
     def _with_counters(self, reading: Reading, proof: EngineProof, before: dict[str, CacheCounters] | str,
-                       after: dict[str, CacheCounters] | str) -> Reading:
+                       after: dict[str, CacheCounters] | str, *, seeded: int = 0) -> Reading:
         """The reading completed with the engine's counter deltas (and, without
-        ``cached_tokens``, measured by them)."""
+        ``cached_tokens``, measured by them); ``seeded``: that many seeds (fresh salts: no
+        hit) ran between the two scrapes too, their prompts are taken off the queries."""
         if reading.error is not None:
             return reading
         b = before.get(proof.engine) if isinstance(before, dict) else None
@@ -448,11 +458,12 @@ class Verifier:
             return Reading(reading.point, reading.pod, None, error=why)
         hits = a.hits - b.hits
         ext = (a.ext_hits - b.ext_hits) if a.ext_hits is not None and b.ext_hits is not None else 0.0
-        queries = (a.queries - b.queries) if a.queries is not None and b.queries is not None else None
+        prompt = 2 * (proof.block_size or 0) + 1
+        queries = (a.queries - b.queries - seeded * prompt) if a.queries is not None and b.queries is not None \
+            else None
         by_source = {k: int(a.by_source.get(k, 0.0) - b.by_source.get(k, 0.0)) for k in a.by_source}
         sources = {k: v for k, v in by_source.items() if v > 0} or \
             {k: int(v) for k, v in (("device", hits), ("external", ext)) if v > 0}
-        prompt = 2 * (proof.block_size or 0) + 1
         note = None
         if queries is not None and queries > prompt:
             note = (f"other requests reached engine {proof.engine or 0} during this probe (queries +{int(queries)} "
