@@ -139,7 +139,8 @@ def command(**params: Any) -> None:
             info(fs.render("table").rstrip())
         if not job.stores.empty:
             info(job.stores.report().render("table").rstrip())
-        confirmed = confirm(job.plan, lambda p, f: job.with_fallback(f).plan, plan_report)
+        confirmed = confirm(job.plan, lambda p, f: job.with_fallback(f).plan,
+                            lambda p: plan_report(p, store=not job.stores.empty))
         if confirmed is None:
             info("nothing changed")
             sys.exit(int(ExitCode.FAILED))

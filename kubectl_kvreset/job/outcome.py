@@ -28,6 +28,7 @@ from ..tiers import Tier, TierKind
 from ..vllm_api import EngineSplit, ResetOutcome, engine_list, parse_version, reset_answers_for_every_engine
 from .others import other_outcome_row, other_plan_row
 from .planning import Plan, PodPlan, dev_mode_on
+from .verify import planned_steps, verify_codes
 
 if TYPE_CHECKING:
     from ..pods import ApiPort, VllmPod
@@ -113,7 +114,9 @@ class PortOutcome:
     Keyed by :attr:`key` (namespace, pod, container, port), so several vLLM containers per pod
     or several ports each get their own. ``successor``: the new pod that took this pod's place
     when a restart or dev-mode rollout replaced it; the row then names the new pod, and its
-    message the one it replaces (the key keeps the pod the plan was made for).
+    message the one it replaces (the key keeps the pod the plan was made for). ``reset_busy``:
+    the reset's last answer was ``success: false`` (blocks held by running requests); ``engines_emptied``: the data-parallel
+    engines behind the port shown emptied even so (:class:`~kubectl_kvreset.vllm_api.EngineSplit`).
     """
 
     namespace: str
@@ -133,6 +136,8 @@ class PortOutcome:
     code: ExitCode
     unconfirmed: tuple[UnconfirmedRow, ...] = ()
     successor: str | None = None
+    reset_busy: bool = False
+    engines_emptied: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str, str, int | None]:
@@ -216,13 +221,18 @@ def _engine_column(report: Report) -> None:
         report.columns = [*cols[:at], Column("ENGINE", "engine"), *cols[at:]]
 
 
-def plan_report(plan: Plan) -> Report:
+def plan_report(plan: Plan, *, store: bool = False) -> Report:
     """The plan as a report: one ``PlannedReset`` row per pod (steps, tiers each empties,
-    tiers left with the flag that would empty them). ``--dry-run`` prints exactly this."""
+    tiers left with the flag that would empty them). ``--dry-run`` prints exactly this. With
+    ``--verify`` each row also has ``verify``: per API port the canary's steps
+    (:func:`~kubectl_kvreset.job.verify.planned_steps`; ``store``: the run has a store step,
+    probed after it), shown as the VERIFY column."""
     fallback = plan.fallback_chosen
     cols = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("PORTS", "ports", wide=True),
             Column("VERSION", "version"), Column("STEPS", "steps", short=step_codes), Column("EMPTIES", "empties"),
             Column("LEAVES", "leaves", notes=True), Column("NOTES", "notes", wide=True)]
+    if plan.options.verify:
+        cols.insert(-2, Column("VERIFY", "verify", short=verify_codes))
     if plan.scope.namespace is not None:
         cols = cols[1:]
     report = Report("PlannedReset", cols)
@@ -260,6 +270,7 @@ def plan_report(plan: Plan) -> Report:
                if p.has("api-reset") and dev_mode_on(p.pod) is None else []),
             "disruptive": [s.action for s in p.steps.steps if s.disruptive],
             "notes": list(p.notes),
+            **({"verify": planned_steps(p, plan.options.fallback, store=store)} if plan.options.verify else {}),
         })
     for other in plan.others:
         report.add(other_plan_row(other))  # a plan earns no failure: the run's rows do
@@ -369,6 +380,8 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
     failure_result: str | None = None
     unconfirmed = False
     gone = False
+    reset_busy = False
+    engines_emptied: tuple[str, ...] = ()
     step_of: dict[int, str] = {}
     for step in plan.steps.steps:
         for tier in step.empties:
@@ -410,8 +423,10 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
                 reset_state = "not emptied"
                 failure_result, reset_text = describe_reset_failure(pod, first)
                 split = results.engines.get((pod.namespace, pod.name, pod.container, port.port)) if port else None
+                reset_busy = first.outcome is ResetOutcome.BUSY
                 if split is not None:
                     reset_text = f"{split.describe()}: {reset_text}"
+                    engines_emptied = tuple(split.emptied)
                 messages.append(reset_text)
             for extra in resets[1:] if reset_state in ("emptied", "unconfirmed") else []:
                 if extra.outcome not in (ResetOutcome.CLEARED, ResetOutcome.UNCONFIRMED):
@@ -519,7 +534,7 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
         tiers={kind: tuple(v) for kind, v in cells.items() if v}, result=result, messages=tuple(messages),
         steps=plan.steps.actions(), calls=sum(r.calls for r in resets) if resets else 0,
         busy_answers=resets[0].busy_answers if resets else 0, left=tuple(left_rows), code=code,
-        unconfirmed=tuple(unconfirmed_rows))
+        unconfirmed=tuple(unconfirmed_rows), reset_busy=reset_busy, engines_emptied=engines_emptied)
 
 
 def skipped_outcome(pod: VllmPod, port: ApiPort | None, container: str | None) -> PortOutcome:

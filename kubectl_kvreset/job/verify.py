@@ -9,8 +9,9 @@ else that engine is ``not verifiable`` (prefix caching off, counters unreadable)
 ``cold``. After each step of the job (the API resets, clear-fs, a restart or dev-mode rollout:
 a replaced pod is probed in its successors, the store step) the canary of that point is sent
 once more: the **probe**. A probe that misses caches the canary again, so each point has its
-own canary, seeded before the job, and a last reset removes the canaries' own blocks (its
-answer is kept; it is not itself probed).
+own canary, seeded before the job, and a last reset, sent right after the port's last probe,
+removes the canaries' own blocks (its answer is kept; it is not itself probed). The scrape
+before the seeds is the control's baseline: a seed's fresh salt adds no hit.
 
 The measurement is ``usage.prompt_tokens_details.cached_tokens`` where the server returns it
 (``--enable-prompt-tokens-details``), else the engine's deltas of ``vllm:prefix_cache_hits``
@@ -30,6 +31,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+from urllib.parse import urlencode
 
 from ..kube import HttpAnswer
 from ..plan import STEP_API_RESET, STEP_CLEAR_FS, STEP_DEVMODE, STEP_RESTART
@@ -49,9 +51,10 @@ from ..vllm_api import (
 )
 
 if TYPE_CHECKING:
-    from .planning import Plan
+    from .planning import Plan, PodPlan
 
-__all__ = ["EngineProof", "Reading", "Verifier", "verdict", "verifier_for"]
+__all__ = ["EngineProof", "Reading", "Verifier", "planned_steps", "probe_points", "verdict", "verifier_for",
+           "verify_codes"]
 
 #: What to do about a tier a probe found warm, by the tier the source names.
 WARM_REMEDIES = {
@@ -82,9 +85,18 @@ class Reading:
     note: str | None = None
     error: str | None = None
 
+    @property
+    def found(self) -> str:
+        """What this reading alone shows: ``cold``, ``warm: N cached tokens from SOURCE`` or
+        ``not read: WHY``."""
+        if self.cached is None:
+            return f"not read: {self.error}"
+        return "cold" if self.cached == 0 else f"warm: {self.cached} cached tokens from {source_text(self.sources)}"
+
     def as_dict(self) -> dict[str, object]:
-        """The reading for the JSON row and the certificate."""
-        return {"point": self.point, "pod": self.pod, "cached_tokens": self.cached, "sources": dict(self.sources),
+        """The reading for the JSON row and the certificate (``found``: :attr:`found`)."""
+        return {"point": self.point, "pod": self.pod, "found": self.found, "cached_tokens": self.cached,
+                "sources": dict(self.sources),
                 "method": self.method, "counters": {"prefix_cache_hits": self.hits,
                                                     "external_prefix_cache_hits": self.external_hits,
                                                     "prefix_cache_queries": self.queries},
@@ -95,8 +107,9 @@ class Reading:
 class EngineProof:
     """The canary of one pod, container, API port and ``engine`` (its label; ``""`` for a
     server without engine labels): ``block_size``, ``model``, the ``salts`` per point, the
-    ``control`` reading, the ``probes`` after the steps, the ``final_reset`` answer, and
-    ``unverifiable`` (why no proof is possible; None when it is)."""
+    ``control`` reading, the ``probes`` after the steps, the ``final_reset`` answer,
+    ``unverifiable`` (why no proof is possible; None when it is) and ``busy`` (why this
+    engine's reset did not succeed; None when it did or was not refused as busy)."""
 
     namespace: str
     pod: str
@@ -129,9 +142,9 @@ class EngineProof:
 def verdict(proof: EngineProof) -> tuple[str, str]:
     """``(state, text)`` of one engine: ``cold``, ``warm`` (``warm: N cached tokens from
     SOURCE``, with the step it was found after), ``busy`` or ``not verifiable: WHY``. The last
-    probe decides: it follows every step."""
-    if proof.busy is not None:
-        return "busy", f"busy: {proof.busy}"
+    probe decides: it follows every step. An engine whose reset did not succeed (``busy``: its
+    running requests held blocks) is never ``cold``: a canary that missed there may have been
+    evicted, while what the running requests cached stays; a hit is still ``warm``."""
     if proof.unverifiable is not None:
         return "not verifiable", f"not verifiable: {proof.unverifiable}"
     if not proof.probes:
@@ -140,8 +153,10 @@ def verdict(proof: EngineProof) -> tuple[str, str]:
     if last.cached is None:
         return "not verifiable", f"not verifiable: the probe after {last.point} could not be read ({last.error})"
     if last.cached == 0:
+        if proof.busy is not None:
+            return "busy", f"busy: {proof.busy}"
         return "cold", "cold"
-    return "warm", f"warm: {last.cached} cached tokens from {source_text(last.sources)}"
+    return "warm", last.found
 
 
 def source_text(sources: Mapping[str, int]) -> str:
@@ -180,20 +195,58 @@ class _Target:
     points: tuple[str, ...]
 
 
+def probe_points(p: PodPlan, fallback: str, *, store: bool) -> tuple[str, ...]:
+    """The probe points of one pod's plan, in order: ``api-reset``, ``clear-fs``, ``rollout``
+    (where a restart or dev-mode rollout may replace it: its step, or ``fallback`` ``restart`` /
+    ``devmode``, which a 404 may call for), ``store`` when ``store`` (the run has a store step)."""
+    may_roll = fallback in ("restart", "devmode")
+    return tuple(pt for pt, on in (("api-reset", p.has(STEP_API_RESET)), ("clear-fs", p.has(STEP_CLEAR_FS)),
+                                   ("rollout", p.has(STEP_RESTART) or p.has(STEP_DEVMODE) or may_roll),
+                                   ("store", store)) if on)
+
+
+def planned_steps(p: PodPlan, fallback: str, *, store: bool) -> list[dict[str, object]]:
+    """What ``--verify`` will do on each API port of one pod's plan, for ``--dry-run``: per port
+    ``{"port": N, "steps": [...]}``, the steps ``seed ...``, ``control ...``, one ``probe after
+    POINT`` per point (:func:`probe_points`) and ``final reset ...`` (the job's own query).
+    Empty for a pod that does not run (nothing is sent to it)."""
+    if p.not_running is not None:
+        return []
+    points = probe_points(p, fallback, store=store)
+    query = "?" + urlencode(p.query) if p.query else ""
+    steps = [f"seed: a salted canary of 2 x block + 1 tokens per engine for each probe point ({', '.join(points)})",
+             f"control: the {points[0] if points else 'first'} canary again, must hit 2 blocks",
+             *[f"probe after {pt}" for pt in points],
+             f"final reset: POST /reset_prefix_cache{query} (removes the canaries' blocks)"]
+    return [{"port": port.port, "steps": steps} for port in p.pod.ports]
+
+
+def verify_codes(value: object) -> object:
+    """The table's short form of :func:`planned_steps`: ``8000: seed,control,probe:api-reset,
+    final-reset`` per port (``;`` between ports); anything else unchanged."""
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        return value
+    out = []
+    for v in value:
+        codes = []
+        for step in v.get("steps") or []:
+            text = str(step)
+            codes.append("probe:" + text[len("probe after "):] if text.startswith("probe after ")
+                         else text.split(":", 1)[0].replace(" ", "-"))
+        out.append(f"{v.get('port')}: {','.join(codes)}")
+    return "; ".join(out)
+
+
 def verifier_for(plan: Plan, cancel: Cancel | None = None, *, store: bool = False) -> Verifier:
     """The :class:`Verifier` of a plan: every API port of every targeted pod that runs, with
-    the probe points its steps give (``api-reset``, ``clear-fs``, ``rollout`` where a restart or
-    dev-mode rollout may replace it, ``store`` when ``store``)."""
+    the probe points its steps give (:func:`probe_points`)."""
     targets = []
-    may_roll = plan.options.fallback in ("restart", "devmode")
     for p in plan.pods:
         if p.not_running is not None:
             continue
-        points = [pt for pt, on in (("api-reset", p.has(STEP_API_RESET)), ("clear-fs", p.has(STEP_CLEAR_FS)),
-                                    ("rollout", p.has(STEP_RESTART) or p.has(STEP_DEVMODE) or may_roll),
-                                    ("store", store)) if on]
+        points = probe_points(p, plan.options.fallback, store=store)
         for port in p.pod.ports:
-            targets.append((p.pod, port, p.query, tuple(points)))
+            targets.append((p.pod, port, p.query, points))
     return Verifier(plan.scope.caller, targets, max_concurrency=plan.options.max_concurrency, cancel=cancel)
 
 
@@ -220,6 +273,7 @@ class Verifier:
         self.run_id = run_id or secrets.token_hex(4)
         self.proofs: dict[tuple[str, str, str, int, str], EngineProof] = {}
         self._lock = threading.Lock()  # the ports' threads add proofs while others read them
+        self._finished: set[int] = set()  # the targets (id) whose last reset was sent
         #: (namespace, pod) of each replaced pod -> the successors its canaries were probed in
         self.successors: dict[tuple[str, str], tuple[str, ...]] = {}
 
@@ -258,13 +312,15 @@ class Verifier:
                 if isinstance(got, str):
                     proof.unverifiable = f"the canary for {point} was refused: {got}"
                     break
-        mid = self._scrape(ref, t.port)
         for proof in [p for p in live if p.unverifiable is None]:  # the positive controls
             first = next(iter(proof.salts))
             proof.control = self._measure(ref, t.port, proof, proof.salts[first], "control", t.pod.name)
         after = self._scrape(ref, t.port)
         for proof in [p for p in live if p.unverifiable is None and p.control is not None]:
-            control = self._with_counters(proof.control, proof, mid, after)  # type: ignore[arg-type]
+            # the scrape before the seeds is the control's baseline: a seed has a salt no block
+            # was cached with, so it adds no hit, and its prompt's queries are taken off
+            control = self._with_counters(proof.control, proof, before, after,  # type: ignore[arg-type]
+                                          seeded=len(proof.salts))
             proof.control = control
             expected = 2 * (proof.block_size or 0)
             if control.cached is None:
@@ -310,20 +366,27 @@ class Verifier:
             after = self._scrape(ref, t.port)
             for proof, reading in readings:
                 proof.probes.append(self._with_counters(reading, proof, before, after))
+        if point == t.points[-1]:  # no probe follows: the last reset now, not in a later round
+            self._finish_port(t)
 
     # ------------------------------------------------------------------ the last reset
     def finish(self) -> None:
         """The last reset (the job's query) on every probed port, successors included, removing
-        the canaries' own blocks; each proof keeps its answer."""
-        units = []
-        for t in self.targets:
-            proofs = [self.proofs[k] for k in self._keys(t) if self.proofs[k].salts]
-            if proofs:
-                for name in self.successors.get((t.pod.namespace, t.pod.name), (t.pod.name,)):
-                    units.append((t, name, proofs))
+        the canaries' own blocks; each proof keeps its answer. A port's last probe point
+        already sends it (no later probe needs the canaries): this sends it where none did."""
+        todo = [t for t in self.targets if id(t) not in self._finished]
+        parallel(todo, self._finish_port, self.max_concurrency, self.cancel)
 
-        def one(u: tuple[_Target, str, list[EngineProof]]) -> None:
-            t, name, proofs = u
+    def _finish_port(self, t: _Target) -> None:
+        """The last reset of one port (once), on the pod or its successors."""
+        with self._lock:
+            if id(t) in self._finished:
+                return
+            self._finished.add(id(t))
+        proofs = [self.proofs[k] for k in self._keys(t) if self.proofs[k].salts]
+        if not proofs:
+            return
+        for name in self.successors.get((t.pod.namespace, t.pod.name), (t.pod.name,)):
             got = reset(self.caller, PodRef(t.pod.namespace, name, t.pod.container), t.port.port,
                         "/reset_prefix_cache", t.query, scheme=t.port.scheme, busy_timeout_s=10.0)
             text = got.answer.detail if got.answer else (got.failure.message if got.failure else "no answer")
@@ -331,8 +394,6 @@ class Verifier:
                 text += ("; the canaries' own blocks stay (salted: no request without their salt hits them)")
             for proof in proofs:
                 proof.final_reset = text if name == t.pod.name else f"{name}: {text}"
-
-        parallel(units, one, self.max_concurrency, self.cancel)
 
     def for_port(self, namespace: str, pod: str, container: str, port: int | None) -> list[EngineProof]:
         """The proofs of one row (engine order)."""
@@ -381,9 +442,10 @@ class Verifier:
         return Reading(point, pod_name, cached, method="cached_tokens" if cached is not None else "counters")
 
     def _with_counters(self, reading: Reading, proof: EngineProof, before: dict[str, CacheCounters] | str,
-                       after: dict[str, CacheCounters] | str) -> Reading:
+                       after: dict[str, CacheCounters] | str, *, seeded: int = 0) -> Reading:
         """The reading completed with the engine's counter deltas (and, without
-        ``cached_tokens``, measured by them)."""
+        ``cached_tokens``, measured by them); ``seeded``: that many seeds (fresh salts: no
+        hit) ran between the two scrapes too, their prompts are taken off the queries."""
         if reading.error is not None:
             return reading
         b = before.get(proof.engine) if isinstance(before, dict) else None
@@ -396,11 +458,12 @@ class Verifier:
             return Reading(reading.point, reading.pod, None, error=why)
         hits = a.hits - b.hits
         ext = (a.ext_hits - b.ext_hits) if a.ext_hits is not None and b.ext_hits is not None else 0.0
-        queries = (a.queries - b.queries) if a.queries is not None and b.queries is not None else None
+        prompt = 2 * (proof.block_size or 0) + 1
+        queries = (a.queries - b.queries - seeded * prompt) if a.queries is not None and b.queries is not None \
+            else None
         by_source = {k: int(a.by_source.get(k, 0.0) - b.by_source.get(k, 0.0)) for k in a.by_source}
         sources = {k: v for k, v in by_source.items() if v > 0} or \
             {k: int(v) for k, v in (("device", hits), ("external", ext)) if v > 0}
-        prompt = 2 * (proof.block_size or 0) + 1
         note = None
         if queries is not None and queries > prompt:
             note = (f"other requests reached engine {proof.engine or 0} during this probe (queries +{int(queries)} "

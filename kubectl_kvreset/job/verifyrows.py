@@ -18,7 +18,7 @@ from ..report import Column, ExitCode, Report
 from .outcome import LeftRow, Outcome, PortOutcome, result_columns
 from .verify import WARM_REMEDIES, EngineProof, Verifier, verdict, warm_tiers
 
-__all__ = ["verify_columns", "with_verification"]
+__all__ = ["BUSY_TEXT", "mark_busy", "verify_columns", "with_verification"]
 
 
 def verify_columns(scope: str | None) -> list[Column]:
@@ -37,6 +37,21 @@ def _text(proofs: list[EngineProof]) -> str:
     if len(set(texts)) == 1:
         return f"{texts[0]} (engines {', '.join(p.engine for p in proofs)})"
     return "; ".join(f"engine {p.engine}: {t}" for p, t in zip(proofs, texts, strict=True))
+
+
+#: Why an engine whose reset answered busy is not proven cold by a canary that missed.
+BUSY_TEXT = ("its reset answered success:false (running requests held blocks), so what they cached stays; "
+             "the canary's miss does not prove it cold: --preempt-running or --wait-idle")
+
+
+def mark_busy(po: PortOutcome, proofs: list[EngineProof]) -> None:
+    """Mark the proofs of a port whose reset ended busy (every engine but those the row shows
+    emptied): :func:`~kubectl_kvreset.job.verify.verdict` then never says ``cold`` for them."""
+    if not po.reset_busy:
+        return
+    for proof in proofs:
+        if proof.engine not in po.engines_emptied:
+            proof.busy = BUSY_TEXT
 
 
 def _verified(po: PortOutcome, proofs: list[EngineProof]) -> tuple[PortOutcome, ExitCode]:
@@ -82,6 +97,7 @@ def with_verification(outcome: Outcome, verifier: Verifier, scope: str | None) -
             report.add({**po.row(), "verify": None, "proof": []}, po.code)
             continue
         proofs = verifier.for_port(po.namespace, po.pod, po.container, po.port)
+        mark_busy(po, proofs)
         po, code = _verified(po, proofs)
         ports.append(po)
         row: dict[str, Any] = {**po.row(), "verify": _text(proofs), "proof": [p.as_dict() for p in proofs]}

@@ -75,7 +75,7 @@ class ClearJob:
     def preview(self, cancel: Cancel | None = None) -> ChainedReport:
         """What ``clear --dry-run`` prints: the pods' plan, the clear-fs plan per volume and the
         store step with each store's count (read, never changed)."""
-        parts = [plan_report(self.plan)]
+        parts = [plan_report(self.plan, store=not self.stores.empty)]
         fs = self.fs_preview()
         if fs is not None:
             parts.append(fs)

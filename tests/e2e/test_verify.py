@@ -210,3 +210,22 @@ def test_the_canary_reaches_the_engines_over_exec_and_port_forward(sim, tmp_path
         (row,) = rows
         assert row["verify"] == "cold (engines 0, 1)", (transport, row)
         assert [p["control"]["cached_tokens"] for p in row["proof"]] == [32, 32], (transport, row["proof"])
+
+
+def test_the_dry_run_lists_the_verify_steps_per_port(sim, tmp_path: Path) -> None:
+    cluster = start(sim, tmp_path, [deployment("m")])
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--verify", "--dry-run")
+    assert code == 0, (err, rows)
+    (row,) = rows
+    assert row["kind"] == "PlannedReset"
+    (port,) = row["verify"]
+    assert port["port"] == 8000, port
+    assert [s.split(":", 1)[0] for s in port["steps"]] == ["seed", "control", "probe after api-reset", "final reset"]
+    assert port["steps"][-1].startswith("final reset: POST /reset_prefix_cache?reset_external=true"), port
+    table = cluster.run("clear", "-n", NS, "--all", "--verify", "--dry-run")
+    assert table.returncode == 0, table.stderr
+    head, line = table.stdout.splitlines()[:2]
+    assert "VERIFY" in head.split() and "8000: seed,control,probe:api-reset,final-reset" in line, table.stdout
+    # without --verify the plan has no VERIFY column
+    plain = cluster.run("clear", "-n", NS, "--all", "--dry-run")
+    assert "VERIFY" not in plain.stdout.splitlines()[0], plain.stdout

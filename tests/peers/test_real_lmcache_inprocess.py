@@ -227,3 +227,28 @@ def test_clear_empties_lmcache_through_the_controller_and_the_prompt_misses(clus
     missed = _complete(cluster, prompt)
     assert missed[HITS] == 0 and missed[EXTERNAL] == 0 and missed[QUERIES] >= 300, missed
     print(f"clear: {keys} LMCache keys -> 0 ({store['message']}); the prompt then: {missed}")
+
+
+def test_verify_finds_lmcache_warm_after_the_gpu_reset_and_cold_after_the_store_step(cluster: SimCluster) -> None:
+    """``clear --verify`` on the real pod: the canary's probe after the API reset (GPU only for
+    this connector) is an external hit that LMCache supplied, and the probe after the store step
+    (the controller's clear) misses: the run is cold, the proof shows both."""
+    code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/a", "--yes", "--verify", timeout=300)
+    [reset] = [r for r in rows if r.get("kind") == "CacheReset"]
+    [store] = [r for r in rows if r.get("kind") == "StoreClear"]
+    print(f"clear --verify: exit {code}; {reset['verify']}; probes "
+          f"{[(p['point'], p['found'], p['counters']) for p in reset['proof'][0]['probes']]}; store {store['result']}")
+    assert code == 0 and reset["verify"] == "cold" and reset["result"] == "emptied", (rows, err)
+    assert store["store"] == "lmcache-controller" and store["result"] == "emptied", store
+    (proof,) = reset["proof"]
+    assert proof["control"]["cached_tokens"] == 256 and proof["control"]["sources"] == {"device": 256}, proof
+    gpu_reset, after_store = proof["probes"]
+    assert (gpu_reset["point"], after_store["point"]) == ("api-reset", "store"), proof["probes"]
+    # the GPU prefix cache is empty, LMCache still holds the canary: an external hit
+    assert gpu_reset["counters"]["prefix_cache_hits"] == 0, gpu_reset
+    assert gpu_reset["cached_tokens"] == gpu_reset["counters"]["external_prefix_cache_hits"] >= 256, gpu_reset
+    assert gpu_reset["sources"] and "device" not in gpu_reset["sources"], gpu_reset
+    assert all(src.startswith("external") for src in gpu_reset["sources"]), gpu_reset
+    assert gpu_reset["found"].startswith(f"warm: {gpu_reset['cached_tokens']} cached tokens from external"), gpu_reset
+    assert after_store["cached_tokens"] == 0 and after_store["found"] == "cold", after_store
+    assert after_store["counters"]["external_prefix_cache_hits"] == 0, after_store

@@ -231,3 +231,45 @@ def test_the_real_connectors_reset_alone_empties_the_shared_l1(cluster: SimClust
     assert code == 200 and json.loads(body).get("success") is True, body[:300]
     assert _l1_bytes(cluster) == 0
     print(f"a's reset_external=true alone: L1 {filled} -> 0 bytes, answered in {took * 1000:.0f} ms")
+
+
+def _verify_rows(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """The CacheReset row, its one engine's proof and that proof's probes, printed."""
+    [row] = [r for r in rows if r.get("kind") == "CacheReset"]
+    (proof,) = row["proof"]
+    print(f"verify: {row['verify']}; probes {[(p['point'], p['found'], p['counters']) for p in proof['probes']]}")
+    return row, proof, proof["probes"]
+
+
+def test_verify_finds_the_kept_l1_warm_from_the_connector_without_the_flag(cluster: SimCluster) -> None:
+    """``clear deployment/a --verify`` without ``--shared-stores``: a's reset keeps the shared L1
+    (``reset_external=false``) and the store step leaves it, so each probe after them is an
+    external hit the real server supplied: ``warm`` from the connector's source, exit 1."""
+    _fill(cluster)
+    code, rows, err = cluster.run_json("clear", "deployment/a", "--yes", "--verify", timeout=300)
+    row, proof, probes = _verify_rows(rows)
+    assert code == 1, (rows, err)
+    assert proof["control"]["cached_tokens"] == 256 and proof["control"]["sources"] == {"device": 256}, proof
+    assert [p["point"] for p in probes] == ["api-reset", "store"], probes
+    for probe in probes:
+        assert probe["counters"]["prefix_cache_hits"] == 0, probe           # the GPU cache was emptied
+        assert probe["cached_tokens"] == probe["counters"]["external_prefix_cache_hits"] >= 256, probe
+        assert probe["sources"] and "device" not in probe["sources"], probe
+    last = probes[-1]
+    (source,) = last["sources"]
+    assert row["verify"] == f"warm: {last['cached_tokens']} cached tokens from {source}", row
+    assert row["result"] == "warm" and row["shared"] == "left" and row["gpu"] == "emptied", row
+    assert any(lt["tier"] == "shared" and "--shared-stores" in (lt["remedy"] or "") for lt in row["left"]), row["left"]
+    [store] = [r for r in rows if r.get("store") == "lmcache-mp"]
+    assert store["result"] == "left", store
+    assert _l1_bytes(cluster) > 0
+
+
+def test_verify_with_shared_stores_proves_a_cold_after_the_l1_is_emptied(cluster: SimCluster) -> None:
+    _fill(cluster)
+    code, rows, err = cluster.run_json("clear", "deployment/a", "--yes", "--verify", "--shared-stores", timeout=300)
+    row, proof, probes = _verify_rows(rows)
+    assert code == 0 and row["verify"] == "cold" and row["result"] == "emptied", (rows, err)
+    assert [(p["point"], p["cached_tokens"], p["counters"]["external_prefix_cache_hits"]) for p in probes] == \
+        [("api-reset", 0, 0.0), ("store", 0, 0.0)], probes
+    assert proof["final_reset"] == "success", proof

@@ -130,3 +130,84 @@ def test_a_warm_row_never_says_emptied_for_the_warm_tier() -> None:
     assert code is ExitCode.OK and cold.result == "emptied"
     unproved, code = _verified(po, [proof(unverifiable="prefix caching off")])
     assert code is ExitCode.UNCONFIRMED and unproved.result == "emptied"
+
+
+def busy_port(engines_emptied: tuple[str, ...] = ()) -> object:
+    from kubectl_kvreset.job.outcome import PortOutcome
+    from kubectl_kvreset.report import ExitCode
+
+    return PortOutcome(namespace="ns", pod="p", container="vllm", port=8000, role=None, owner="deployment/d",
+                       version="0.32.0", tiers={"gpu": ("not emptied",)}, result="busy", messages=(),
+                       steps=("api-reset",), calls=3, busy_answers=3, left=(), code=ExitCode.FAILED,
+                       reset_busy=True, engines_emptied=engines_emptied)
+
+
+def test_an_engine_whose_reset_was_busy_is_never_cold() -> None:
+    from kubectl_kvreset.job.verifyrows import BUSY_TEXT, mark_busy
+
+    # two data-parallel engines, engine 0 shown emptied around the last reset, engine 1 busy
+    e0 = EngineProof("ns", "p", "vllm", 8000, "0", block_size=16, probes=[Reading("api-reset", "p", 0)])
+    e1 = EngineProof("ns", "p", "vllm", 8000, "1", block_size=16, probes=[Reading("api-reset", "p", 0)])
+    mark_busy(busy_port(("0",)), [e0, e1])  # type: ignore[arg-type]
+    assert verdict(e0) == ("cold", "cold")
+    # a miss on a busy engine (its canary evicted, say) proves nothing: busy, never cold
+    assert verdict(e1) == ("busy", f"busy: {BUSY_TEXT}")
+    # a hit stays warm: the measurement is the stronger statement
+    hit = EngineProof("ns", "p", "vllm", 8000, "1", block_size=16, probes=[Reading("api-reset", "p", 32, {"device": 32})])
+    mark_busy(busy_port(("0",)), [hit])  # type: ignore[arg-type]
+    assert verdict(hit)[0] == "warm"
+    # one engine, no split: busy too
+    one = proof(Reading("api-reset", "p", 0))
+    mark_busy(busy_port(), [one])  # type: ignore[arg-type]
+    assert verdict(one)[0] == "busy"
+
+
+def test_a_busy_but_cold_row_earns_exit_1_and_keeps_its_result() -> None:
+    from kubectl_kvreset.job.verifyrows import _verified, mark_busy
+    from kubectl_kvreset.report import ExitCode
+
+    po = busy_port()
+    one = proof(Reading("api-reset", "p", 0))
+    mark_busy(po, [one])  # type: ignore[arg-type]
+    got, code = _verified(po, [one])  # type: ignore[arg-type]
+    assert got.result == "busy" and code is ExitCode.FAILED
+
+
+def test_the_dry_run_lists_the_verify_steps_per_port() -> None:
+    from types import SimpleNamespace
+
+    from kubectl_kvreset.job.verify import planned_steps, probe_points, verify_codes
+
+    ports = (SimpleNamespace(port=8000), SimpleNamespace(port=8001))
+    p = SimpleNamespace(not_running=None, pod=SimpleNamespace(ports=ports), query=(("reset_external", "true"),),
+                        has=lambda step: step == "api-reset")
+    assert probe_points(p, "none", store=True) == ("api-reset", "store")  # type: ignore[arg-type]
+    assert probe_points(p, "restart", store=False) == ("api-reset", "rollout")  # type: ignore[arg-type]
+    got = planned_steps(p, "none", store=True)  # type: ignore[arg-type]
+    assert [g["port"] for g in got] == [8000, 8001]
+    steps = got[0]["steps"]
+    assert steps[0].startswith("seed: ") and "(api-reset, store)" in steps[0]
+    assert steps[1].startswith("control: ")
+    assert steps[2:4] == ["probe after api-reset", "probe after store"]
+    assert steps[4].startswith("final reset: POST /reset_prefix_cache?reset_external=true")
+    assert verify_codes(got) == ("8000: seed,control,probe:api-reset,probe:store,final-reset; "
+                                 "8001: seed,control,probe:api-reset,probe:store,final-reset")
+    assert planned_steps(SimpleNamespace(not_running="x"), "none", store=False) == []  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/clear.md"])
+def test_the_published_certificate_examples_validate_against_the_schema(doc: str) -> None:
+    import re
+    from pathlib import Path
+
+    import jsonschema
+
+    from kubectl_kvreset.job.certificate import schema
+
+    text = (Path(__file__).resolve().parents[2] / doc).read_text(encoding="utf-8")
+    examples = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", text, re.S) if '"KvResetCertificate"' in b]
+    assert examples, f"{doc} shows no certificate"
+    for example in examples:
+        jsonschema.validate(example, schema(), format_checker=jsonschema.FormatChecker())
+        readings = [r for t in example["targets"] for e in t["proof"]["engines"] for r in [e["control"], *e["probes"]]]
+        assert all("found" in r for r in readings), readings
