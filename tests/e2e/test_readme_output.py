@@ -30,7 +30,8 @@ NOT_RUNNABLE = {
 def readme_commands() -> list[tuple[str, str]]:
     """``(section title, command)`` for every command in the README's code blocks: in a block
     with ``$ `` prompts only the prompted lines (the rest is output), in any other block every
-    line; comments (`` # ...``) dropped, backslash continuations joined."""
+    line; comments (`` # ...``) dropped, backslash continuations joined. Blocks tagged as data
+    (``json``, ``yaml``, ``text``) hold output or documents, not commands."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     out: list[tuple[str, str]] = []
     section = ""
@@ -38,7 +39,9 @@ def readme_commands() -> list[tuple[str, str]]:
         if chunk.startswith("## "):
             section = chunk[3:].strip()
             continue
-        for block in re.findall(r"```[a-z]*\n(.*?)```", chunk, re.S):
+        for lang, block in re.findall(r"```([a-z]*)\n(.*?)```", chunk, re.S):
+            if lang in ("json", "yaml", "text"):
+                continue
             lines = block.replace("\\\n", " ").splitlines()
             prompted = [ln[2:] for ln in lines if ln.startswith("$ ")]
             for line in prompted or lines:
