@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..discovery import discover
+from ..discovery import discover_all
 from ..fstier import plan_fs_clear, run_fs_clear, sharing_message
 from ..kube import KubeError
 from ..plan import STEP_API_RESET, STEP_CLEAR_FS, STEP_DEVMODE, STEP_RESTART
@@ -322,14 +322,18 @@ def find_successors(plan: Plan, results: RunResults) -> None:
             gone_ns.add(ns)
     rolled = {key for key, res in results.owners.items() if owner_result_ok(res)}
     gone_ns |= {ns for ns, _owner in rolled}
-    known = {p.uid for p in plan.scope.universe}
+    # the pods of engines this version cannot empty are listed too: their owners' restarts have
+    # successors the rows name; a pod of several containers is one successor
+    known = {p.uid for p in plan.scope.universe} | {o.uid for o in plan.scope.other_universe}
     for ns in sorted(gone_ns):
         try:
-            now = discover(plan.scope.kube, ns)
+            now, now_others = discover_all(plan.scope.kube, ns)
         except KubeError:
             continue
-        for pod in now:
-            if pod.uid not in known:
+        seen: set[str] = set()
+        for pod in [*now, *now_others]:
+            if pod.uid not in known and (pod.uid or pod.name) not in seen:
+                seen.add(pod.uid or pod.name)
                 results.successors.setdefault((ns, pod.owner), []).append(pod.name)
 
 

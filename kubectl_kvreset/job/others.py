@@ -22,7 +22,8 @@ from ..rollout import DevModeResult, RestartResult
 from ..stores.calls import StoreCall
 from ..stores.config import StoreKind
 
-__all__ = ["OtherKey", "OtherPlan", "other_key", "other_outcome_row", "other_plan_row", "other_users", "plan_others"]
+__all__ = ["OtherKey", "OtherPlan", "other_key", "other_outcome_row", "other_plan_row", "other_skipped_row", "other_users",
+           "plan_others"]
 
 #: ``(namespace, pod, container)`` of an :class:`~kubectl_kvreset.otherpods.OtherPod`.
 OtherKey = tuple[str, str, str]
@@ -142,10 +143,12 @@ def other_plan_row(plan: OtherPlan) -> dict[str, object]:
 
 
 def other_outcome_row(plan: OtherPlan, restarted: RestartResult | DevModeResult | None, *,
-                      interrupted: bool) -> tuple[dict[str, object], ExitCode]:
+                      interrupted: bool, successor: str | None = None) -> tuple[dict[str, object], ExitCode]:
     """The ``CacheReset`` row of one pod and the exit code it earns: ``replaced`` (exit 0) when
     its owner's restart completed, else ``left`` with the reason and remedy (exit 1), ``failed``
-    when the restart failed, ``interrupted`` when the run stopped first."""
+    when the restart failed, ``interrupted`` when the run stopped first. ``successor``: the new
+    pod that took this pod's place after the restart; a ``replaced`` row names it as ``pod`` and
+    its message starts ``replaces OLD-POD``, as a vLLM pod's row does."""
     pod = plan.pod
     messages = [plan.reason]
     if plan.held:
@@ -156,6 +159,9 @@ def other_outcome_row(plan: OtherPlan, restarted: RestartResult | DevModeResult 
         if restarted is not None and restarted.ok:
             result, code, state, left = "replaced", ExitCode.OK, "replaced", []
             messages = [f"{pod.engine_name}: {pod.owner.ref()} was restarted; its new pods start cold"]
+            if successor is not None:
+                messages.insert(0, f"replaces {pod.name}" if successor != pod.name
+                                else f"a new pod of the same name replaced {pod.name}")
         elif restarted is None and interrupted:
             result = "interrupted"
             code = ExitCode.INTERRUPTED
@@ -163,10 +169,24 @@ def other_outcome_row(plan: OtherPlan, restarted: RestartResult | DevModeResult 
         elif restarted is not None:
             result, state = ("interrupted", "left") if restarted.result == "interrupted" else ("failed", "not emptied")
             messages.append(f"restart of {pod.owner.ref()}: {restarted.result}: {restarted.message}")
-    row = {**_base(pod), "port": pod.port, "role": pod.role, "version": None,
+    row = {**_base(pod), **({"pod": successor} if successor is not None and result == "replaced" else {}),
+           "port": pod.port, "role": pod.role, "version": None,
            "gpu": state, "cpu": None, "fs": None, "shared": state if pod.shared else None,
            "result": result, "message": "; ".join(messages), "steps": ["restart"] if plan.restart else [],
            "calls": 0, "busy_answers": 0, "left": left, "unconfirmed": []}
     if pod.shared:
         row["gpu"] = None
     return row, code
+
+
+def other_skipped_row(pod: OtherPod, container: str | None) -> tuple[dict[str, object], ExitCode]:
+    """The ``CacheReset`` row of a container ``--container`` left out: ``skipped`` (exit 0, as a
+    vLLM container left out: it was not a target), its message saying that its cache stays warm
+    (``--container NAME`` names it)."""
+    reason = unsupported_reason(pod)
+    row = {**_base(pod), "port": pod.port, "role": pod.role, "version": None, "gpu": None, "cpu": None, "fs": None,
+           "shared": None, "result": "skipped",
+           "message": (f"container {pod.container} not targeted (--container {container}): nothing was done; "
+                       f"{reason} (--container {pod.container} --fallback restart would restart {pod.owner.ref()})"),
+           "steps": [], "calls": 0, "busy_answers": 0, "left": [], "unconfirmed": []}
+    return row, ExitCode.OK

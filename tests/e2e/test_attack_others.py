@@ -1,0 +1,227 @@
+"""Attacks on the rows of inference pods this version cannot empty (SGLang, Dynamo,
+``trtllm-serve``, the LMCache server): look-alike commands that are vLLM or routers, a pod with a
+vLLM and an SGLang container, every output format, ``--container``, owner arguments, exit codes,
+secrets in their arguments, the LMCache server's restart consent across namespaces, and the rows
+after a restart."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.simctl import SimCluster
+
+from .conftest import require_sandbox
+
+NS = "attack"
+SECRETS = ("sk-attack-sglang-key", "sk-attack-admin-key", "hf_attackTokenValue", "sk-attack-trt-key")
+
+
+def _deployment(name: str, container: str, ns: str = NS, replicas: int = 1) -> str:
+    return textwrap.dedent(f"""\
+        apiVersion: apps/v1
+        kind: Deployment
+        metadata: {{name: {name}, namespace: {ns}}}
+        spec:
+          replicas: {replicas}
+          selector: {{matchLabels: {{app: {name}}}}}
+          template:
+            metadata: {{labels: {{app: {name}}}}}
+            spec:
+              containers:
+        """) + textwrap.indent(textwrap.dedent(container), " " * 8) + "---\n"
+
+
+MANIFEST = "".join([
+    # vLLM whose script mentions SGLang in a comment, an echo and an env var, in an sglang-named image
+    _deployment("lookalike", """\
+        - name: vllm
+          image: example/sglang-compat-vllm:1
+          command: [bash, -c]
+          args:
+          - |
+            # was: python3 -m sglang.launch_server --port 30000
+            echo "not sglang serve; starting vllm"
+            exec vllm serve org/model --port 8000
+          env: [{name: VLLM_SERVER_DEV_MODE, value: "1"}, {name: SGLANG_ENABLE_TORCH_COMPILE, value: "1"}]
+        """),
+    _deployment("frontend", """\
+        - name: frontend
+          image: nvcr.io/nvidia/ai-dynamo/sglang-runtime:0.6.0
+          command: [python3, -m, dynamo.frontend, --http-port, "8000"]
+        """),
+    _deployment("trt-router", """\
+        - name: router
+          image: nvcr.io/nvidia/tensorrt-llm/release:1.0.0
+          command: [trtllm-serve, disaggregated, -c, /etc/disagg.yaml]
+        """),
+    # one pod, a vLLM container and an SGLang container (with secrets in its arguments)
+    _deployment("both", """\
+        - name: vllm
+          image: vllm/vllm-openai:v0.32.0
+          command: [vllm, serve, org/model]
+          args: [--port, "8000"]
+          env: [{name: VLLM_SERVER_DEV_MODE, value: "1"}]
+        - name: sglang
+          image: lmsysorg/sglang:v0.5.14
+          command: [python3, -m, sglang.launch_server, --model-path, org/model, --port, "30000",
+                    --api-key, sk-attack-sglang-key, --admin-api-key, sk-attack-admin-key]
+          env: [{name: HF_TOKEN, value: hf_attackTokenValue}]
+        """),
+    _deployment("sg-only", """\
+        - name: sglang
+          image: lmsysorg/sglang:v0.5.14
+          command: [sglang, serve, --model-path, org/model, --port, "30001", --api-key=sk-attack-sglang-key]
+        """),
+    _deployment("trt", """\
+        - name: trtllm
+          image: nvcr.io/nvidia/tensorrt-llm/release:1.0.0
+          command: [trtllm-serve, org/model, --port, "8123", --api_key, sk-attack-trt-key]
+        """),
+])
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: Any) -> Iterator[SimCluster]:
+    require_sandbox()
+    path = tmp_path_factory.mktemp("attack") / "attack.yaml"
+    path.write_text(MANIFEST, encoding="utf-8")
+    with SimCluster([path], namespace=NS, ready_delay=0.05) as c:
+        c.wait_ready()
+        yield c
+
+
+def _rows(rows: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [r for r in rows if r["kind"] == kind]
+
+
+def _key(r: dict[str, Any]) -> tuple[str, str]:
+    return r["owner"].split("/", 1)[1], r["container"]
+
+
+def _no_secret(*texts: str) -> None:
+    for text in texts:
+        for s in SECRETS:
+            assert s not in text, (s, text[:2000])
+
+
+def test_detect_lookalikes_and_routers_are_not_other_engines(cluster: SimCluster) -> None:
+    code, rows, err = cluster.run_json("detect", "-n", NS)
+    assert code == 0, err
+    got = {_key(r): r["engine"] for r in _rows(rows, "VllmPod")}
+    assert got[("lookalike", "vllm")] == "vllm"
+    assert ("frontend", "frontend") not in got and ("trt-router", "router") not in got
+    assert got[("both", "vllm")] == "vllm" and got[("both", "sglang")] == "sglang"
+    assert got[("sg-only", "sglang")] == "sglang" and got[("trt", "trtllm")] == "trtllm-serve"
+
+
+def test_secrets_never_printed(cluster: SimCluster) -> None:
+    outs: list[str] = []
+    for args in (("detect", "-o", "json"), ("detect", "-o", "yaml"), ("detect", "-o", "wide"), ("detect", "-v", "9"),
+                 ("detect", "-o", "jsonpath={.items[*]}"),
+                 ("clear", "--all", "--dry-run", "-o", "json", "-v", "9"),
+                 ("clear", "--all", "--dry-run", "--fallback", "restart", "-o", "yaml"),
+                 ("clear", "deployment/sg-only", "-o", "json", "-v", "9"),
+                 ("clear", "deployment/trt", "-v", "9")):
+        res = cluster.run(*args, "-n", NS)
+        outs += [res.stdout, res.stderr]
+    _no_secret(*outs)
+
+
+def test_clear_rows_and_exit_codes(cluster: SimCluster) -> None:
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
+    assert code == 1, err
+    got = {_key(r): r for r in _rows(rows, "CacheReset")}
+    assert got[("lookalike", "vllm")]["result"] == "emptied"
+    assert got[("both", "vllm")]["result"] == "emptied"
+    assert got[("both", "sglang")]["result"] == "left"
+    assert not any(k[0] in ("frontend", "trt-router") for k in got)
+    # a dry run: a plan earns no failure (as for vLLM pods), but every other engine is planned "left"
+    code, planned, err = cluster.run_json("clear", "-n", NS, "--all", "--dry-run")
+    assert code == 0, err
+    plans = {_key(r): r for r in _rows(planned, "PlannedReset")}
+    assert plans[("both", "sglang")]["result"] == "left" and plans[("sg-only", "sglang")]["result"] == "left"
+
+
+@pytest.mark.parametrize("owner", ["deployment/sg-only", "deploy/sg-only", "deployments.apps/sg-only"])
+def test_owner_naming_only_an_other_engine(cluster: SimCluster, owner: str) -> None:
+    code, rows, err = cluster.run_json("clear", "-n", NS, owner)
+    assert code == 1, err
+    got = [_key(r) for r in _rows(rows, "CacheReset")]
+    assert got == [("sg-only", "sglang")], rows
+
+
+def test_pod_argument_naming_only_an_other_engine(cluster: SimCluster) -> None:
+    name = next(p["name"] for p in cluster.live_pods() if p["name"].startswith("sg-only-"))
+    code, rows, err = cluster.run_json("clear", "-n", NS, f"pod/{name}")
+    assert code == 1, err
+    assert [_key(r) for r in _rows(rows, "CacheReset")] == [("sg-only", "sglang")]
+
+
+def test_output_name_and_jsonpath(cluster: SimCluster) -> None:
+    res = cluster.run("clear", "-n", NS, "deployment/both", "-o", "name")
+    assert res.returncode == 1, res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if ln.strip()]  # one name per pod, as kubectl's -o name
+    assert len(lines) == 1 and lines[0].startswith("pod/both-"), res.stdout
+    res = cluster.run("clear", "-n", NS, "deployment/both", "-o", "jsonpath={range .items[*]}{.container}={.result}{\"\\n\"}{end}")
+    assert res.returncode == 1, res.stderr
+    assert sorted(res.stdout.split()) == ["sglang=left", "vllm=emptied"], res.stdout
+    res = cluster.run("clear", "-n", NS, "deployment/both", "-o", "yaml")
+    assert res.returncode == 1 and "result: left" in res.stdout
+
+
+def test_container_flag_does_not_hide_a_warm_sglang_container(cluster: SimCluster) -> None:
+    """``--container vllm`` on a pod that also runs SGLang: the vLLM container is emptied; the
+    SGLang container of the same targeted pod stays warm, and must not vanish without a row."""
+    code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/both", "--container", "vllm")
+    assert code == 0, (err, rows)  # as a vLLM container --container leaves out: it was not a target
+    got = {_key(r): r for r in _rows(rows, "CacheReset")}
+    assert got[("both", "vllm")]["result"] == "emptied"
+    row = got[("both", "sglang")]
+    assert row["result"] == "skipped" and "not targeted (--container vllm)" in row["message"], row
+    assert "SGLang is not supported by this version: its cache was not emptied" in row["message"]
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--container", "vllm")
+    got = {_key(r): r for r in _rows(rows, "CacheReset")}
+    assert got[("sg-only", "sglang")]["result"] == "skipped" and got[("trt", "trtllm")]["result"] == "skipped", rows
+    table = cluster.run("clear", "-n", NS, "deployment/both", "--container", "vllm")
+    assert "skipped" in table.stdout and "sglang" in table.stdout, table.stdout
+
+
+def test_container_flag_naming_the_sglang_container(cluster: SimCluster) -> None:
+    code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/both", "--container", "sglang")
+    assert code == 1, (err, rows)
+    got = {_key(r): r for r in _rows(rows, "CacheReset")}
+    assert got[("both", "sglang")]["result"] == "left", rows
+
+
+def test_restart_of_mixed_pod_names_the_new_pod(cluster: SimCluster) -> None:
+    before = {p["name"] for p in cluster.live_pods()}
+    code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/both", "--fallback", "restart", "--yes",
+                                       timeout=180)
+    assert code == 0, (err, rows)
+    after = {p["name"] for p in cluster.live_pods()}
+    new = sorted(n for n in after - before if n.startswith("both-"))
+    assert len(new) == 1, (before, after)
+    got = {_key(r): r for r in _rows(rows, "CacheReset")}
+    assert got[("both", "sglang")]["result"] == "replaced"
+    # the SGLang row names the pod that now serves, as the vLLM rows of a restart do
+    for container in ("vllm", "sglang"):
+        row = got[("both", container)]
+        assert row["pod"] == new[0] and row["message"].startswith("replaces both-"), row
+
+
+@pytest.mark.parametrize("owner", ["sg-only", "trt"])
+def test_restart_of_an_sglang_only_owner_names_the_new_pod(cluster: SimCluster, owner: str) -> None:
+    """An owner whose pods run no vLLM: its successors are found too (not only vLLM pods)."""
+    before = {p["name"] for p in cluster.live_pods()}
+    code, rows, err = cluster.run_json("clear", "-n", NS, f"deployment/{owner}", "--fallback", "restart", "--yes",
+                                       timeout=180)
+    assert code == 0, (err, rows)
+    new = sorted(n for n in {p["name"] for p in cluster.live_pods()} - before if n.startswith(owner + "-"))
+    (row,) = _rows(rows, "CacheReset")
+    assert row["result"] == "replaced" and [row["pod"]] == new, (row, new)
+    assert row["message"].startswith(f"replaces {owner}-") and json.dumps(row).count("sk-attack") == 0
