@@ -22,7 +22,7 @@ from ..rollout import DevModeResult, RestartResult
 from ..stores.calls import StoreCall
 from ..stores.config import StoreKind
 
-__all__ = ["OtherKey", "OtherPlan", "other_key", "other_outcome_row", "other_plan_row", "other_skipped_row", "other_users",
+__all__ = ["OtherKey", "OtherPlan", "leads_to", "other_key", "other_outcome_row", "other_plan_row", "other_skipped_row", "other_users",
            "plan_others"]
 
 #: ``(namespace, pod, container)`` of an :class:`~kubectl_kvreset.otherpods.OtherPod`.
@@ -68,18 +68,25 @@ def _manual(owner: Owner) -> str | None:
     return None
 
 
+def leads_to(pod: OtherPod, calls: Sequence[StoreCall]) -> list[StoreCall]:
+    """The ``lm://`` store calls of the store plan whose address leads to the LMCache server ``pod``."""
+    return [c for c in calls if c.store.kind is StoreKind.LMCACHE_SERVER
+            and any((e.namespace, e.name) == (pod.namespace, pod.name) for e in c.store.resolution.endpoints)]
+
+
 def other_users(pod: OtherPod, universe: Sequence[VllmPod], targeted: Sequence[VllmPod],
-                calls: Sequence[StoreCall]) -> tuple[User, ...]:
+                calls: Sequence[StoreCall], unlisted: Sequence[str] = ()) -> tuple[User, ...]:
     """The engines outside the targets that use the LMCache server ``pod`` (empty for another
     engine), as the consent rule's :class:`~kubectl_kvreset.consent.User` rows: the users of each
     ``lm://`` store of the store plan whose address leads to this pod (and the namespaces that
     could not be listed), else, where no store of the plan leads here, every vLLM pod outside the
-    targets whose configuration names an ``lm://`` store (it may be this one)."""
+    targets whose configuration names an ``lm://`` store (it may be this one): ``universe`` is then
+    every vLLM pod the caller could list, not only the command's namespace or selector, and
+    ``unlisted`` the namespaces it could not list (possible users too)."""
     if not pod.shared:
         return ()
     users: list[User] = []
-    mine = [c for c in calls if c.store.kind is StoreKind.LMCACHE_SERVER
-            and any((e.namespace, e.name) == (pod.namespace, pod.name) for e in c.store.resolution.endpoints)]
+    mine = leads_to(pod, calls)
     if mine:
         for call in mine:
             for u in call.store.users:
@@ -94,6 +101,7 @@ def other_users(pod: OtherPod, universe: Sequence[VllmPod], targeted: Sequence[V
         if any(t.store == StoreKind.LMCACHE_SERVER.value for t in p.layout.tiers):
             users.append(User(f"{p.namespace}/{p.name}", p.serve.model,
                               unsure="its lm:// address was not resolved to a pod"))
+    users += [unlisted_user(f"pods of {ns} (not listed)") for ns in unlisted]
     return tuple(dict.fromkeys(users))
 
 

@@ -225,3 +225,76 @@ def test_restart_of_an_sglang_only_owner_names_the_new_pod(cluster: SimCluster, 
     (row,) = _rows(rows, "CacheReset")
     assert row["result"] == "replaced" and [row["pod"]] == new, (row, new)
     assert row["message"].startswith(f"replaces {owner}-") and json.dumps(row).count("sk-attack") == 0
+
+
+CACHE_NS, ENGINE_NS = "attack-cache", "attack-eng"
+
+
+def _cache_and_engines(engine_ns: str) -> str:
+    return "".join([
+        _deployment("engine", """\
+            - name: vllm
+              image: vllm/vllm-openai:v0.32.0
+              command: [vllm, serve, org/model]
+              args: [--port, "8000", --kv-transfer-config, '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}']
+              env: [{name: VLLM_SERVER_DEV_MODE, value: "1"},
+                    {name: LMCACHE_REMOTE_URL, value: "lm://cache.attack-cache.svc.cluster.local:8100"}]
+            """, ns=engine_ns),
+        _deployment("cache", """\
+            - name: lmcache-server
+              image: lmcache/vllm-openai:latest
+              command: [lmcache_server, 0.0.0.0, "8100"]
+              ports: [{name: data, containerPort: 8100}]
+            """, ns=CACHE_NS),
+        textwrap.dedent(f"""\
+            apiVersion: v1
+            kind: Service
+            metadata: {{name: cache, namespace: {CACHE_NS}}}
+            spec:
+              selector: {{app: cache}}
+              ports: [{{name: data, port: 8100, targetPort: data}}]
+            """),
+    ])
+
+
+@pytest.mark.parametrize("engine_ns", [ENGINE_NS, CACHE_NS])
+@pytest.mark.parametrize("how", [("--all",), ("deployment/cache",), ("-l", "app=cache")])
+def test_lmcache_server_used_by_untargeted_engines_is_never_restarted_with_yes_alone(
+        tmp_path: Any, engine_ns: str, how: tuple[str, ...]) -> None:
+    """The engines that use the LMCache server are not targeted (another namespace, another
+    owner, outside the selector): ``--fallback restart --yes`` without ``--shared-stores``
+    restarts nothing and the row is ``left`` (exit 1)."""
+    require_sandbox()
+    if engine_ns == CACHE_NS and how == ("--all",):
+        pytest.skip("--all targets the engine too: its restart is consented (the feature's own test)")
+    path = tmp_path / "cache.yaml"
+    path.write_text(_cache_and_engines(engine_ns), encoding="utf-8")
+    with SimCluster([path], namespace=CACHE_NS, ready_delay=0.05) as cluster:
+        cluster.wait_ready()
+        before = {p["name"] for p in cluster.live_pods()}
+        code, rows, err = cluster.run_json("clear", "-n", CACHE_NS, *how, "--fallback", "restart", "--yes",
+                                           timeout=180)
+        assert {p["name"] for p in cluster.live_pods()} == before, (err, rows)  # nothing restarted
+        assert code == 1, (err, rows)
+        (row,) = [r for r in _rows(rows, "CacheReset") if r["engine"] == "lmcache-server"]
+        assert row["result"] == "left" and "--shared-stores" in row["message"], row
+
+
+def test_lmcache_server_of_another_namespace_names_its_users_and_restarts_with_consent(tmp_path: Any) -> None:
+    require_sandbox()
+    path = tmp_path / "cache.yaml"
+    path.write_text(_cache_and_engines(ENGINE_NS), encoding="utf-8")
+    with SimCluster([path], namespace=CACHE_NS, ready_delay=0.05) as cluster:
+        cluster.wait_ready()
+        code, rows, err = cluster.run_json("clear", "-n", CACHE_NS, "--all", "--fallback", "restart", "--yes")
+        (row,) = _rows(rows, "CacheReset")
+        assert code == 1 and row["result"] == "left" and f"{ENGINE_NS}/engine-" in row["message"], row
+        code, planned, err = cluster.run_json("clear", "-n", CACHE_NS, "--all", "--fallback", "restart", "--dry-run")
+        (plan,) = _rows(planned, "PlannedReset")
+        assert plan["result"] == "left" and plan["steps"] == [], plan
+        before = {p["name"] for p in cluster.live_pods()}
+        code, rows, err = cluster.run_json("clear", "-n", CACHE_NS, "--all", "--fallback", "restart", "--yes",
+                                           "--shared-stores", timeout=180)
+        (row,) = _rows(rows, "CacheReset")
+        new = sorted(n for n in {p["name"] for p in cluster.live_pods()} - before if n.startswith("cache-"))
+        assert code == 0 and row["result"] == "replaced" and [row["pod"]] == new, (err, row)
