@@ -30,6 +30,9 @@ OtherKey = tuple[str, str, str]
 
 #: Owner kinds ``kubectl rollout restart`` restarts.
 _ROLLOUT_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
+#: Owner kinds ``--fallback restart`` restarts (:func:`kubectl_kvreset.rollout.restart_owner`
+#: refuses the others): a pod of another owner is left with the restart by hand as its remedy.
+_FALLBACK_KINDS = ("Deployment", "LeaderWorkerSet")
 
 
 def other_key(pod: OtherPod) -> OtherKey:
@@ -49,6 +52,8 @@ class OtherPlan:
         held: why the restart is held back although ``--fallback restart`` was given (the
             LMCache server used by engines outside the targets, without ``--shared-stores``),
             or None.
+        by_hand: the owner is of a kind ``--fallback restart`` does not restart (a StatefulSet,
+            a DaemonSet, a bare Pod): the remedy is the restart by hand, never the flag.
     """
 
     pod: OtherPod
@@ -56,6 +61,7 @@ class OtherPlan:
     reason: str
     remedy: str
     held: str | None = None
+    by_hand: bool = False
 
 
 def _manual(owner: Owner) -> str | None:
@@ -123,13 +129,17 @@ def plan_others(pods: Sequence[OtherPod], fallback: str, *, shared: bool,
             remedy = f"--fallback restart {SHARED_FLAG}" + (f", or {manual}" if manual else "")
         else:
             remedy = "--fallback restart" + (f", or {manual}" if manual else "")
-        plans.append(OtherPlan(pod, fallback == "restart" and held is None, reason, remedy, held))
+        by_hand = pod.owner.kind not in _FALLBACK_KINDS
+        if by_hand:
+            remedy = manual or f"restart {pod.owner.ref()} by hand"
+        plans.append(OtherPlan(pod, fallback == "restart" and held is None and not by_hand, reason, remedy, held,
+                               by_hand))
     return plans
 
 
 def needs_restart(plans: Sequence[OtherPlan]) -> bool:
     """True when some pod would be emptied by ``--fallback restart`` and is not restarted now."""
-    return any(not p.restart and p.held is None for p in plans)
+    return any(not p.restart and p.held is None and not p.by_hand for p in plans)
 
 
 def _base(pod: OtherPod) -> dict[str, object]:

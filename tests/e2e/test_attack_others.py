@@ -298,3 +298,68 @@ def test_lmcache_server_of_another_namespace_names_its_users_and_restarts_with_c
         (row,) = _rows(rows, "CacheReset")
         new = sorted(n for n in {p["name"] for p in cluster.live_pods()} - before if n.startswith("cache-"))
         assert code == 0 and row["result"] == "replaced" and [row["pod"]] == new, (err, row)
+
+
+BY_HAND = textwrap.dedent(f"""\
+    apiVersion: apps/v1
+    kind: StatefulSet
+    metadata: {{name: sg-sts, namespace: {NS}}}
+    spec:
+      replicas: 1
+      serviceName: sg-sts
+      selector: {{matchLabels: {{app: sg-sts}}}}
+      template:
+        metadata: {{labels: {{app: sg-sts}}}}
+        spec:
+          containers:
+          - name: sglang
+            image: lmsysorg/sglang:v0.5.14
+            command: [python3, -m, sglang.launch_server, --model-path, org/model]
+    ---
+    apiVersion: v1
+    kind: Pod
+    metadata:
+      name: sg-sts-0
+      namespace: {NS}
+      labels: {{app: sg-sts}}
+      ownerReferences: [{{apiVersion: apps/v1, kind: StatefulSet, name: sg-sts, uid: sts-uid-1, controller: true}}]
+    spec:
+      containers:
+      - name: sglang
+        image: lmsysorg/sglang:v0.5.14
+        command: [python3, -m, sglang.launch_server, --model-path, org/model]
+    ---
+    apiVersion: v1
+    kind: Pod
+    metadata: {{name: sg-bare, namespace: {NS}, labels: {{app: sg-bare}}}}
+    spec:
+      containers:
+      - name: sglang
+        image: lmsysorg/sglang:v0.5.14
+        command: [sglang, serve, --model-path, org/model]
+    """)
+
+
+def test_owners_fallback_restart_cannot_restart_are_never_planned_as_restarted(tmp_path: Any) -> None:
+    """A StatefulSet's pod (the simulator stores StatefulSets only: its pod is given with the
+    ownerReference) or a bare pod: ``--fallback restart`` refuses these kinds, so neither the
+    plan nor the remedy may promise it; the rows are ``left`` with the restart by hand."""
+    require_sandbox()
+    path = tmp_path / "byhand.yaml"
+    path.write_text(BY_HAND, encoding="utf-8")
+    with SimCluster([path], namespace=NS, ready_delay=0.05) as cluster:
+        cluster.wait_ready()
+        code, planned, err = cluster.run_json("clear", "-n", NS, "--all", "--fallback", "restart", "--dry-run")
+        plans = {r["owner"]: r for r in _rows(planned, "PlannedReset")}
+        assert plans["statefulset/sg-sts"]["result"] == "left" and plans["statefulset/sg-sts"]["steps"] == [], plans
+        assert plans["pod/sg-bare"]["result"] == "left", plans
+        before = {p["name"]: p["uid"] for p in cluster.live_pods()} if "uid" in cluster.live_pods()[0] else None
+        code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--fallback", "restart", "--yes", timeout=180)
+        assert code == 1, (err, rows)
+        got = {r["owner"]: r for r in _rows(rows, "CacheReset")}
+        sts = got["statefulset/sg-sts"]
+        assert sts["result"] == "left" and sts["left"][0]["remedy"] == "kubectl rollout restart statefulset/sg-sts", sts
+        bare = got["pod/sg-bare"]
+        assert bare["result"] == "left" and bare["left"][0]["remedy"].startswith("delete and recreate pod/sg-bare")
+        if before is not None:
+            assert {p["name"]: p["uid"] for p in cluster.live_pods()} == before
