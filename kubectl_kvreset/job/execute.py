@@ -331,10 +331,12 @@ def find_successors(plan: Plan, results: RunResults) -> None:
         except KubeError:
             continue
         seen: set[str] = set()
-        for pod in [*now, *now_others]:
-            if pod.uid not in known and (pod.uid or pod.name) not in seen:
-                seen.add(pod.uid or pod.name)
-                results.successors.setdefault((ns, pod.owner), []).append(pod.name)
+        found: list[tuple[str, str, Owner]] = [(p.uid, p.name, p.owner) for p in now]
+        found += [(o.uid, o.name, o.owner) for o in now_others]
+        for uid, name, owner in found:
+            if uid not in known and (uid or name) not in seen:
+                seen.add(uid or name)
+                results.successors.setdefault((ns, owner), []).append(name)
 
 
 def _owners(plans: list[PodPlan], action: str) -> list[tuple[str, Owner, str | None]]:

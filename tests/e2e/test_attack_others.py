@@ -6,16 +6,27 @@ after a restart."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import subprocess
+import sys
 import textwrap
+import threading
 from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
-from tests.simctl import SimCluster
+from tests.simctl import DEMO_MANIFEST, ROOT, SimCluster, zipapp_path
 
 from .conftest import require_sandbox
+from .test_fallback_rows import REASON
+from .test_pipeline_job import NS as JOB_NS
+from .test_pipeline_job import apply, finished, kubectl_logs, manifest
+from .test_pod_states import NS as STATES_NS
+from .test_pod_states import write
 
 NS = "attack"
 SECRETS = ("sk-attack-sglang-key", "sk-attack-admin-key", "hf_attackTokenValue", "sk-attack-trt-key")
@@ -363,3 +374,108 @@ def test_owners_fallback_restart_cannot_restart_are_never_planned_as_restarted(t
         assert bare["result"] == "left" and bare["left"][0]["remedy"].startswith("delete and recreate pod/sg-bare")
         if before is not None:
             assert {p["name"]: p["uid"] for p in cluster.live_pods()} == before
+
+
+def _sglang_deployment(name: str, *, replicas: int = 1, gpus: int = 0) -> dict[str, Any]:
+
+    container: dict[str, Any] = {"name": "sglang", "image": "lmsysorg/sglang:v0.5.14",
+                                 "command": ["python3", "-m", "sglang.launch_server", "--model-path", "org/model",
+                                             "--api-key", "sk-attack-sglang-key"]}
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}, "requests": {"nvidia.com/gpu": gpus}}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": STATES_NS},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [container]}}}}
+
+
+def test_sglang_restart_that_never_comes_up_names_the_schedulers_reason(sim: Any, tmp_path: Any) -> None:
+
+    cluster = sim([write(tmp_path, [_sglang_deployment("sgbig", replicas=2, gpus=1)])], namespace=STATES_NS,
+                  scenario={"gpus_per_node": 1})
+    before = {p["name"] for p in cluster.live_pods()}
+    code, rows, err = cluster.run_json("clear", "-n", STATES_NS, "--all", "--fallback", "restart", "--yes",
+                                       "--timeout", "3s", timeout=120)
+    assert code == 1, (err, rows)
+    got = _rows(rows, "CacheReset")
+    assert len(got) == 2, got
+    for row in got:  # one pod never fits on the node: the rollout times out
+        assert row["result"] == "failed" and row["pod"] in before, row  # the old pod: no successor came up
+        assert REASON in row["message"], row["message"]
+        assert row["left"] and row["left"][0]["tier"] == "every tier", row
+    _no_secret(err, json.dumps(rows))
+
+
+def test_sglang_restart_of_two_replicas_names_each_new_pod(sim: Any, tmp_path: Any) -> None:
+
+    cluster = sim([write(tmp_path, [_sglang_deployment("sgtwo", replicas=2)])], namespace=STATES_NS)
+    before = {p["name"] for p in cluster.live_pods() if p["name"].startswith("sgtwo-")}
+    code, rows, err = cluster.run_json("clear", "-n", STATES_NS, "--all", "--fallback", "restart", "--yes",
+                                       timeout=180)
+    assert code == 0, (err, rows)
+    after = {p["name"] for p in cluster.live_pods() if p["name"].startswith("sgtwo-")}
+    got = _rows(rows, "CacheReset")
+    assert {r["pod"] for r in got} == after and not after & before, (got, before, after)
+    assert {r["message"].split(";")[0] for r in got} == {f"replaces {p}" for p in before}
+
+
+def _log_rows(log: str) -> list[dict[str, Any]]:
+    """The JSON document of a Job's log (stderr lines come before and after it)."""
+    lines = log.splitlines()
+    rows, _end = json.JSONDecoder().raw_decode("\n".join(lines[lines.index("["):]))
+    return rows  # type: ignore[no-any-return]
+
+
+def test_job_with_the_shipped_role_fails_while_sglang_is_warm_then_restarts_it(sim: Any, tmp_path: Any) -> None:
+    """deploy/kvreset-job.yaml in a namespace that also runs SGLang: the Job fails (exit 1, the
+    row ``left``, no secret in its log); with ``--fallback restart`` in its args the shipped
+    Role's patch rule restarts it and the row names the new pod."""
+
+
+
+    archive = tmp_path / "kubectl-kvreset.tar.gz"
+    subprocess.run([sys.executable, str(ROOT / "krew" / "build.py"), "archive", "--zipapp", str(zipapp_path()),
+                    "--license", str(ROOT / "LICENSE"), "--completion", str(ROOT / "krew" / "kubectl_complete-kvreset"),
+                    "--output", str(archive)], check=True, capture_output=True)
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/{archive.name}"
+        sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+        extra = tmp_path / "sg.yaml"
+        extra.write_text(_deployment("sg", """\
+            - name: sglang
+              image: lmsysorg/sglang:v0.5.14
+              command: [python3, -m, sglang.launch_server, --model-path, org/model, --api-key, sk-attack-sglang-key]
+            """, ns=JOB_NS), encoding="utf-8")
+        cluster = sim([DEMO_MANIFEST, extra], namespace=JOB_NS, dev_mode="on")
+        before = {p["name"] for p in cluster.live_pods() if p["name"].startswith("sg-")}
+        apply(cluster, manifest(url, sha))
+        job = finished(cluster, "kvreset-clear")
+        log = kubectl_logs(cluster, "job/kvreset-clear", "-c", "clear")
+        assert job["status"].get("failed") == 1, (job["status"], log)
+        rows = _log_rows(log)
+        (sg,) = [r for r in rows if r.get("engine") == "sglang"]
+        assert sg["result"] == "left" and sg["pod"] in before, sg
+        assert {r["result"] for r in rows if r.get("engine") == "vllm"} == {"emptied"}, log
+        _no_secret(log)
+
+        docs = manifest(url, sha)
+        job_doc = next(d for d in docs if d["kind"] == "Job")
+        job_doc["metadata"]["name"] = "kvreset-clear-restart"
+        job_doc["spec"]["template"]["spec"]["containers"][0]["args"] += ["--fallback", "restart"]
+        apply(cluster, [job_doc])
+        job = finished(cluster, "kvreset-clear-restart", timeout=240)
+        log = kubectl_logs(cluster, "job/kvreset-clear-restart", "-c", "clear")
+        rows = _log_rows(log)
+        (sg,) = [r for r in rows if r.get("engine") == "sglang"]
+        after = {p["name"] for p in cluster.live_pods() if p["name"].startswith("sg-")}
+        assert sg["result"] == "replaced" and sg["pod"] in after - before, (sg, before, after)
+        _no_secret(log)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
