@@ -185,6 +185,23 @@ def test_output_name_and_jsonpath(cluster: SimCluster) -> None:
     assert res.returncode == 1 and "result: left" in res.stdout
 
 
+def test_selector_with_an_owner_and_unknown_owners(cluster: SimCluster) -> None:
+    code, rows, err = cluster.run_json("clear", "-n", NS, "-l", "app=sg-only", "deployment/sg-only")
+    assert code == 1 and [_key(r) for r in _rows(rows, "CacheReset")] == [("sg-only", "sglang")], (err, rows)
+    res = cluster.run("clear", "-n", NS, "deployment/frontend")  # a router: neither vLLM nor another engine
+    assert res.returncode != 0 and "deployment/frontend has no vLLM server pods" in res.stderr, res.stderr
+    res = cluster.run("clear", "-n", NS, "deployment/sg-only", "deployment/nope")
+    assert res.returncode != 0 and "deployment/nope" in res.stderr, res.stderr
+
+
+def test_dry_run_name_output_and_code(cluster: SimCluster) -> None:
+    res = cluster.run("clear", "-n", NS, "deployment/sg-only", "--dry-run", "-o", "name")
+    assert res.returncode == 0 and res.stdout.split() == [
+        f"pod/{p['name']}" for p in cluster.live_pods() if p["name"].startswith("sg-only-")], res.stdout
+    res = cluster.run("detect", "-n", NS, "-o", "name")
+    assert res.returncode == 0 and any(line.startswith("pod/sg-only-") for line in res.stdout.split()), res.stdout
+
+
 def test_container_flag_does_not_hide_a_warm_sglang_container(cluster: SimCluster) -> None:
     """``--container vllm`` on a pod that also runs SGLang: the vLLM container is emptied; the
     SGLang container of the same targeted pod stays warm, and must not vanish without a row."""
@@ -230,8 +247,9 @@ def test_restart_of_an_sglang_only_owner_names_the_new_pod(cluster: SimCluster, 
     """An owner whose pods run no vLLM: its successors are found too (not only vLLM pods)."""
     before = {p["name"] for p in cluster.live_pods()}
     code, rows, err = cluster.run_json("clear", "-n", NS, f"deployment/{owner}", "--fallback", "restart", "--yes",
-                                       timeout=180)
+                                       "-v", "9", timeout=180)
     assert code == 0, (err, rows)
+    _no_secret(err)  # -v 9 logs the Deployment's GET and PATCH: the template's --api-key is not among them
     new = sorted(n for n in {p["name"] for p in cluster.live_pods()} - before if n.startswith(owner + "-"))
     (row,) = _rows(rows, "CacheReset")
     assert row["result"] == "replaced" and [row["pod"]] == new, (row, new)
