@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..discovery import discover
+from ..discovery import discover_all
 from ..fstier import plan_fs_clear, run_fs_clear, sharing_message
 from ..kube import KubeError
 from ..plan import STEP_API_RESET, STEP_CLEAR_FS, STEP_DEVMODE, STEP_RESTART
@@ -322,15 +322,21 @@ def find_successors(plan: Plan, results: RunResults) -> None:
             gone_ns.add(ns)
     rolled = {key for key, res in results.owners.items() if owner_result_ok(res)}
     gone_ns |= {ns for ns, _owner in rolled}
-    known = {p.uid for p in plan.scope.universe}
+    # the pods of engines this version cannot empty are listed too: their owners' restarts have
+    # successors the rows name; a pod of several containers is one successor
+    known = {p.uid for p in plan.scope.universe} | {o.uid for o in plan.scope.other_universe}
     for ns in sorted(gone_ns):
         try:
-            now = discover(plan.scope.kube, ns)
+            now, now_others = discover_all(plan.scope.kube, ns)
         except KubeError:
             continue
-        for pod in now:
-            if pod.uid not in known:
-                results.successors.setdefault((ns, pod.owner), []).append(pod.name)
+        seen: set[str] = set()
+        found: list[tuple[str, str, Owner]] = [(p.uid, p.name, p.owner) for p in now]
+        found += [(o.uid, o.name, o.owner) for o in now_others]
+        for uid, name, owner in found:
+            if uid not in known and (uid or name) not in seen:
+                seen.add(uid or name)
+                results.successors.setdefault((ns, owner), []).append(name)
 
 
 def _owners(plans: list[PodPlan], action: str) -> list[tuple[str, Owner, str | None]]:

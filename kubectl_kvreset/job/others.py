@@ -22,13 +22,17 @@ from ..rollout import DevModeResult, RestartResult
 from ..stores.calls import StoreCall
 from ..stores.config import StoreKind
 
-__all__ = ["OtherKey", "OtherPlan", "other_key", "other_outcome_row", "other_plan_row", "other_users", "plan_others"]
+__all__ = ["OtherKey", "OtherPlan", "leads_to", "other_key", "other_outcome_row", "other_plan_row", "other_skipped_row", "other_users",
+           "plan_others"]
 
 #: ``(namespace, pod, container)`` of an :class:`~kubectl_kvreset.otherpods.OtherPod`.
 OtherKey = tuple[str, str, str]
 
 #: Owner kinds ``kubectl rollout restart`` restarts.
 _ROLLOUT_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
+#: Owner kinds ``--fallback restart`` restarts (:func:`kubectl_kvreset.rollout.restart_owner`
+#: refuses the others): a pod of another owner is left with the restart by hand as its remedy.
+_FALLBACK_KINDS = ("Deployment", "LeaderWorkerSet")
 
 
 def other_key(pod: OtherPod) -> OtherKey:
@@ -48,6 +52,8 @@ class OtherPlan:
         held: why the restart is held back although ``--fallback restart`` was given (the
             LMCache server used by engines outside the targets, without ``--shared-stores``),
             or None.
+        by_hand: the owner is of a kind ``--fallback restart`` does not restart (a StatefulSet,
+            a DaemonSet, a bare Pod): the remedy is the restart by hand, never the flag.
     """
 
     pod: OtherPod
@@ -55,6 +61,7 @@ class OtherPlan:
     reason: str
     remedy: str
     held: str | None = None
+    by_hand: bool = False
 
 
 def _manual(owner: Owner) -> str | None:
@@ -67,18 +74,25 @@ def _manual(owner: Owner) -> str | None:
     return None
 
 
+def leads_to(pod: OtherPod, calls: Sequence[StoreCall]) -> list[StoreCall]:
+    """The ``lm://`` store calls of the store plan whose address leads to the LMCache server ``pod``."""
+    return [c for c in calls if c.store.kind is StoreKind.LMCACHE_SERVER
+            and any((e.namespace, e.name) == (pod.namespace, pod.name) for e in c.store.resolution.endpoints)]
+
+
 def other_users(pod: OtherPod, universe: Sequence[VllmPod], targeted: Sequence[VllmPod],
-                calls: Sequence[StoreCall]) -> tuple[User, ...]:
+                calls: Sequence[StoreCall], unlisted: Sequence[str] = ()) -> tuple[User, ...]:
     """The engines outside the targets that use the LMCache server ``pod`` (empty for another
     engine), as the consent rule's :class:`~kubectl_kvreset.consent.User` rows: the users of each
     ``lm://`` store of the store plan whose address leads to this pod (and the namespaces that
     could not be listed), else, where no store of the plan leads here, every vLLM pod outside the
-    targets whose configuration names an ``lm://`` store (it may be this one)."""
+    targets whose configuration names an ``lm://`` store (it may be this one): ``universe`` is then
+    every vLLM pod the caller could list, not only the command's namespace or selector, and
+    ``unlisted`` the namespaces it could not list (possible users too)."""
     if not pod.shared:
         return ()
     users: list[User] = []
-    mine = [c for c in calls if c.store.kind is StoreKind.LMCACHE_SERVER
-            and any((e.namespace, e.name) == (pod.namespace, pod.name) for e in c.store.resolution.endpoints)]
+    mine = leads_to(pod, calls)
     if mine:
         for call in mine:
             for u in call.store.users:
@@ -93,6 +107,7 @@ def other_users(pod: OtherPod, universe: Sequence[VllmPod], targeted: Sequence[V
         if any(t.store == StoreKind.LMCACHE_SERVER.value for t in p.layout.tiers):
             users.append(User(f"{p.namespace}/{p.name}", p.serve.model,
                               unsure="its lm:// address was not resolved to a pod"))
+    users += [unlisted_user(f"pods of {ns} (not listed)") for ns in unlisted]
     return tuple(dict.fromkeys(users))
 
 
@@ -114,13 +129,17 @@ def plan_others(pods: Sequence[OtherPod], fallback: str, *, shared: bool,
             remedy = f"--fallback restart {SHARED_FLAG}" + (f", or {manual}" if manual else "")
         else:
             remedy = "--fallback restart" + (f", or {manual}" if manual else "")
-        plans.append(OtherPlan(pod, fallback == "restart" and held is None, reason, remedy, held))
+        by_hand = pod.owner.kind not in _FALLBACK_KINDS
+        if by_hand:
+            remedy = manual or f"restart {pod.owner.ref()} by hand"
+        plans.append(OtherPlan(pod, fallback == "restart" and held is None and not by_hand, reason, remedy, held,
+                               by_hand))
     return plans
 
 
 def needs_restart(plans: Sequence[OtherPlan]) -> bool:
     """True when some pod would be emptied by ``--fallback restart`` and is not restarted now."""
-    return any(not p.restart and p.held is None for p in plans)
+    return any(not p.restart and p.held is None and not p.by_hand for p in plans)
 
 
 def _base(pod: OtherPod) -> dict[str, object]:
@@ -142,10 +161,12 @@ def other_plan_row(plan: OtherPlan) -> dict[str, object]:
 
 
 def other_outcome_row(plan: OtherPlan, restarted: RestartResult | DevModeResult | None, *,
-                      interrupted: bool) -> tuple[dict[str, object], ExitCode]:
+                      interrupted: bool, successor: str | None = None) -> tuple[dict[str, object], ExitCode]:
     """The ``CacheReset`` row of one pod and the exit code it earns: ``replaced`` (exit 0) when
     its owner's restart completed, else ``left`` with the reason and remedy (exit 1), ``failed``
-    when the restart failed, ``interrupted`` when the run stopped first."""
+    when the restart failed, ``interrupted`` when the run stopped first. ``successor``: the new
+    pod that took this pod's place after the restart; a ``replaced`` row names it as ``pod`` and
+    its message starts ``replaces OLD-POD``, as a vLLM pod's row does."""
     pod = plan.pod
     messages = [plan.reason]
     if plan.held:
@@ -156,6 +177,9 @@ def other_outcome_row(plan: OtherPlan, restarted: RestartResult | DevModeResult 
         if restarted is not None and restarted.ok:
             result, code, state, left = "replaced", ExitCode.OK, "replaced", []
             messages = [f"{pod.engine_name}: {pod.owner.ref()} was restarted; its new pods start cold"]
+            if successor is not None:
+                messages.insert(0, f"replaces {pod.name}" if successor != pod.name
+                                else f"a new pod of the same name replaced {pod.name}")
         elif restarted is None and interrupted:
             result = "interrupted"
             code = ExitCode.INTERRUPTED
@@ -163,10 +187,24 @@ def other_outcome_row(plan: OtherPlan, restarted: RestartResult | DevModeResult 
         elif restarted is not None:
             result, state = ("interrupted", "left") if restarted.result == "interrupted" else ("failed", "not emptied")
             messages.append(f"restart of {pod.owner.ref()}: {restarted.result}: {restarted.message}")
-    row = {**_base(pod), "port": pod.port, "role": pod.role, "version": None,
+    row = {**_base(pod), **({"pod": successor} if successor is not None and result == "replaced" else {}),
+           "port": pod.port, "role": pod.role, "version": None,
            "gpu": state, "cpu": None, "fs": None, "shared": state if pod.shared else None,
            "result": result, "message": "; ".join(messages), "steps": ["restart"] if plan.restart else [],
            "calls": 0, "busy_answers": 0, "left": left, "unconfirmed": []}
     if pod.shared:
         row["gpu"] = None
     return row, code
+
+
+def other_skipped_row(pod: OtherPod, container: str | None) -> tuple[dict[str, object], ExitCode]:
+    """The ``CacheReset`` row of a container ``--container`` left out: ``skipped`` (exit 0, as a
+    vLLM container left out: it was not a target), its message saying that its cache stays warm
+    (``--container NAME`` names it)."""
+    reason = unsupported_reason(pod)
+    row = {**_base(pod), "port": pod.port, "role": pod.role, "version": None, "gpu": None, "cpu": None, "fs": None,
+           "shared": None, "result": "skipped",
+           "message": (f"container {pod.container} not targeted (--container {container}): nothing was done; "
+                       f"{reason} (--container {pod.container} --fallback restart would restart {pod.owner.ref()})"),
+           "steps": [], "calls": 0, "busy_answers": 0, "left": [], "unconfirmed": []}
+    return row, ExitCode.OK

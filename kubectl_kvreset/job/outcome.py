@@ -26,7 +26,7 @@ from ..report import Column, ExitCode, Report, step_codes
 from ..rollout import DevModeResult, RestartResult
 from ..tiers import Tier, TierKind
 from ..vllm_api import EngineSplit, ResetOutcome, engine_list, parse_version, reset_answers_for_every_engine
-from .others import other_outcome_row, other_plan_row
+from .others import other_outcome_row, other_plan_row, other_skipped_row
 from .planning import Plan, PodPlan, dev_mode_on
 from .verify import planned_steps, verify_codes
 
@@ -313,10 +313,13 @@ def build_outcome(plan: Plan, results: RunResults, notes: list[str], *, interrup
             po = skipped_outcome(pod, port, plan.scope.container)
             ports.append(po)
             report.add(po.row(), po.code)
-    others = tuple(other_outcome_row(o, results.owners.get((o.pod.namespace, o.pod.owner)), interrupted=interrupted)
+    others = tuple(other_outcome_row(o, results.owners.get((o.pod.namespace, o.pod.owner)), interrupted=interrupted,
+                                     successor=successor.get((o.pod.namespace, o.pod.name)))
                    for o in plan.others)
     for row, code in others:
         report.add(row, code)
+    for other in plan.scope.skipped_others:
+        report.add(*other_skipped_row(other, plan.scope.container))
     _engine_column(report)
     notes = list(notes)
     if any(po.result == "dev mode off" for po in ports):
@@ -345,7 +348,8 @@ def successors_by_pod(plan: Plan, results: RunResults) -> dict[tuple[str, str], 
     for key in rolled:
         ns, owner = key
         new = sorted(results.successors.get(key, ()))
-        old = sorted({p.pod.name for p in plan.pods if p.pod.namespace == ns and p.pod.owner == owner})
+        old = sorted({p.pod.name for p in plan.pods if p.pod.namespace == ns and p.pod.owner == owner}
+                     | {o.pod.name for o in plan.others if o.pod.namespace == ns and o.pod.owner == owner})
         same = [n for n in old if n in new]          # successors that keep the name
         for name in same:
             out[(ns, name)] = name

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from packaging.version import Version
 
 from ..consent import User
+from ..kube import KubeApiError
 from ..liveconfig import release_version
 from ..plan import (
     DISRUPTIVE_STEPS,
@@ -41,7 +42,7 @@ from ..rollout import dev_mode_changes, pod_dev_modes, source_lookup
 from ..stores.calls import SHARED_FLAG, StoreCall
 from ..tiers import KVLayout, Tier, TierKind
 from ..vllm_api import extra_reset_routes, reset_query
-from .others import OtherKey, OtherPlan, needs_restart, other_key, other_users, plan_others
+from .others import OtherKey, OtherPlan, leads_to, needs_restart, other_key, other_users, plan_others
 from .probes import Probe, apply_probe, probe_pods
 from .resetconsent import ResetHold, reset_holds
 from .scope import Scope
@@ -291,12 +292,32 @@ def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
     if holds is None:
         holds = store_holds(scope, options.shared_stores)
     held = dict(holds)
-    users = {other_key(o): other_users(o, scope.universe, scope.pods, store_calls) for o in scope.others}
+    wide, unlisted = lmcache_server_universe(scope, store_calls)
+    users = {other_key(o): other_users(o, wide, scope.pods, store_calls, unlisted) for o in scope.others}
     return Plan(scope, options, build_plans(list(scope.pods), probed, options.fallback, options.preempt_running,
                                             dev_modes, held),
                 probed, fallback_chosen, devmode_changes={k: v for k, v in changes.items() if v}, dev_modes=dev_modes,
                 holds=held, others=plan_others(scope.others, options.fallback, shared=options.shared_stores,
                                                users=users), other_users=users)
+
+
+def lmcache_server_universe(scope: Scope, store_calls: Sequence[StoreCall]) -> tuple[list[VllmPod], list[str]]:
+    """The vLLM pods that may use a targeted LMCache server no store call of the targets leads to
+    (:func:`kubectl_kvreset.job.others.other_users`): every one the caller can list, in every
+    namespace and whatever the selector (an engine of another namespace reaches it by its
+    Service's DNS name), and the namespaces that could not be listed; the scope's own universe
+    when no such server is targeted (nothing is listed then)."""
+    from ..discovery import discover
+
+    if not any(o.shared and not leads_to(o, store_calls) for o in scope.others):
+        return list(scope.universe), []
+    universe = list(scope.universe)
+    seen = {p.uid for p in universe}
+    try:
+        universe += [p for p in discover(scope.kube, None) if p.uid not in seen]
+    except KubeApiError:
+        return universe, ["other namespaces"]
+    return universe, []
 
 
 def store_holds(scope: Scope, shared: bool) -> dict[str, tuple[ResetHold, ...]]:

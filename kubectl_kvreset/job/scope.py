@@ -32,7 +32,8 @@ class Scope:
             rows say ``skipped``); ``container``: that name, or None.
         others: the targeted containers of inference engines this version cannot empty
             (:class:`~kubectl_kvreset.otherpods.OtherPod`: SGLang, Dynamo, ``trtllm-serve``, the
-            LMCache server); ``other_universe``: every one in scope.
+            LMCache server); ``other_universe``: every one in scope; ``skipped_others``: those
+            ``--container`` left out (their rows say ``skipped``: still warm, and said so).
     """
 
     kube: Kube
@@ -45,6 +46,7 @@ class Scope:
     container: str | None = None
     others: tuple[OtherPod, ...] = ()
     other_universe: tuple[OtherPod, ...] = ()
+    skipped_others: tuple[OtherPod, ...] = ()
 
     @staticmethod
     def ref(pod: VllmPod) -> PodRef:
@@ -65,12 +67,17 @@ def narrow_containers(scope: Scope, container: str | None) -> Scope:
     if container is None:
         return scope
     kept = tuple(p for p in scope.pods if p.container == container)
-    if scope.pods and not kept:
+    kept_others = tuple(o for o in scope.others if o.container == container)
+    if scope.pods and not kept and not kept_others:
         names = ", ".join(sorted({p.container for p in scope.pods}))
+        other_names = sorted({o.container for o in scope.others})
         raise TargetError(f"--container {container}: no targeted pod has a vLLM container of that name "
-                          f"(vLLM containers: {names})")
+                          f"(vLLM containers: {names}"
+                          + (f"; containers of engines this version cannot empty: {', '.join(other_names)}"
+                             if other_names else "") + ")")
     return replace(scope, pods=kept, skipped=tuple(p for p in scope.pods if p.container != container),
-                   container=container, others=tuple(o for o in scope.others if o.container == container))
+                   container=container, others=kept_others,
+                   skipped_others=tuple(o for o in scope.others if o.container != container))
 
 
 def select_targets(kube: Kube, targets: Targets, *, all_namespaces: bool = False, transport: str = "auto",

@@ -218,4 +218,4 @@ def test_remedy_per_owner_kind() -> None:
     bare = dataclasses.replace(pod, owner=Owner("Pod", pod.name))
     (a, b) = plan_others([lws, bare], "none", shared=False, users={})
     assert a.remedy == "--fallback restart"
-    assert b.remedy.startswith("--fallback restart, or delete and recreate pod/")
+    assert b.remedy.startswith("delete and recreate pod/")  # --fallback restart refuses a bare pod

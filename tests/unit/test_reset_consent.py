@@ -162,7 +162,7 @@ def _outcome(pods: list[VllmPod], version: str) -> tuple[Any, Any]:
     from kubectl_kvreset.vllm_api import ResetAnswer, ResetOutcome
 
     plans = [pod_plan(p, Probe(version, None), "none", False) for p in pods]
-    scope = SimpleNamespace(namespace="st", skipped=(), pods=tuple(pods))
+    scope = SimpleNamespace(namespace="st", skipped=(), skipped_others=(), pods=tuple(pods))
     plan = Plan(scope, ClearOptions(), plans)  # type: ignore[arg-type]
     ok = ResetResult("/reset_prefix_cache", ResetAnswer(ResetOutcome.CLEARED, "success", False), None, 1, 0, 0.0)
     results = RunResults(resets={("st", p.name, p.container, 8000): [ok] for p in pods})
