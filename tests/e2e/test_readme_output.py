@@ -122,3 +122,9 @@ def test_every_other_kvreset_command_runs(sim) -> None:
             rows = done.stdout.splitlines()
             assert rows[0].split()[:2] == ["POD", "PORT"] and len(rows) > 1, done.stdout
             assert all(" emptied " in r for r in rows[1:] if r and not r.startswith("[")), done.stdout
+
+
+def test_the_readme_stays_short() -> None:
+    """The README is for users: design, tests and performance live in docs/ (under 300 lines)."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").count("\n") + 1
+    assert lines < 300, f"README.md has {lines} lines: move detail to docs/"
