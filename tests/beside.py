@@ -8,10 +8,7 @@ a test that needs one skips with :func:`absent_reason`'s reason where it is abse
   Services), one YAML file per guide, named ``NN-<guide>_...yaml``;
 - :data:`SEED_PROCEDURE`: the manual reset procedure the plugin is measured and checked against
   (``seed-procedure.sh NAMESPACE SELECTOR PORT``: ``kubectl get pods``, then one
-  ``kubectl exec ... curl`` per pod);
-- :data:`METRICS_SAMPLE`: a ``GET /metrics`` text built from vLLM 0.33.0's metric definitions
-  (``vllm/v1/metrics/loggers.py``; engine 0, TieringOffloadingSpec with an fs tier; the values
-  are invented).
+  ``kubectl exec ... curl`` per pod).
 
 Nothing here imports pytest at import time, so ``tests/simctl.py`` and the bench driver can use
 the paths outside a test run.
@@ -27,12 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 BESIDE = (ROOT / ".." / "shared").resolve()
 LLM_D_FIXTURES = BESIDE / "fixtures" / "llm-d"
 SEED_PROCEDURE = BESIDE / "bench" / "seed-procedure.sh"
-METRICS_SAMPLE = BESIDE / "research" / "vllm-metrics-sample.txt"
 
 _WHAT = {
     LLM_D_FIXTURES: "the llm-d fixture manifests",
     SEED_PROCEDURE: "the manual reset procedure",
-    METRICS_SAMPLE: "the vLLM /metrics sample",
 }
 
 

@@ -12,8 +12,7 @@ from kubectl_kvreset.job.outcome import engine_zero_only
 from kubectl_kvreset.job.probes import needs_engine_labels
 from kubectl_kvreset.pods import ApiPort
 from kubectl_kvreset.vllm_api import EngineCount, MetricsParseError, engine_count, engine_labels, engine_list
-from tests.beside import METRICS_SAMPLE as SAMPLE
-from tests.beside import require_beside
+from tests.unit.data import METRICS_SAMPLE as SAMPLE
 
 
 def scrape(*engines: str, extra: str = "") -> str:
@@ -41,7 +40,6 @@ def test_engine_labels_are_the_vllm_families_engine_values_in_numeric_order() ->
 
 
 def test_engine_labels_of_the_recorded_scrape() -> None:
-    require_beside(SAMPLE)
     assert engine_labels(SAMPLE.read_text()) == ("0",)
 
 

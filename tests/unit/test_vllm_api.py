@@ -15,8 +15,7 @@ from kubectl_kvreset.vllm_api import (
     reset_query,
     version_from_body,
 )
-from tests.beside import METRICS_SAMPLE as SAMPLE
-from tests.beside import require_beside
+from tests.unit.data import METRICS_SAMPLE as SAMPLE
 
 
 @pytest.mark.parametrize("status,body,outcome,retry", [
@@ -62,7 +61,6 @@ def test_reset_query() -> None:
 
 
 def test_metrics_sample_parses_with_new_names() -> None:
-    require_beside(SAMPLE)
     engines = parse_metrics(SAMPLE.read_text())
     assert [e.engine for e in engines] == ["0"]
     e = engines[0]
