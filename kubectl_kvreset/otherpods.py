@@ -29,13 +29,12 @@ What starts each (upstream sources):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .pods import Owner, Targets, _is_ready, _sidecar, parse_owner_ref, pod_env, pod_owner, pod_role
-from .servecmd import ServeCommandError, kubernetes_expand, parse_container
+from .servecmd import ServeCommandError, kubernetes_expand, parse_container, python_module
 from .shellscript import Shell, ShellScriptError
 
 __all__ = ["ENGINE_NAMES", "LMCACHE_SERVER", "OtherPod", "describe_other_containers", "other_entrypoint",
@@ -84,7 +83,6 @@ SGLANG_LABELS: tuple[tuple[str, str], ...] = (
 #: KServe's SGLang runtime, by its name in a pod label value.
 KSERVE_SGLANG_RUNTIME = "kserve-llm-sglang"
 
-_PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$", re.ASCII)
 
 
 def other_entrypoint(words: Sequence[str]) -> tuple[str, int] | None:
@@ -109,22 +107,13 @@ def other_entrypoint(words: Sequence[str]) -> tuple[str, int] | None:
         return TRTLLM, 2 if len(words) > 1 and words[1] == "serve" else 1
     if base == "lmcache_server":
         return (LMCACHE_SERVER, 1) if len(words) > 1 and not words[1].startswith("-") else None
-    if _PYTHON_RE.match(base):
-        j = 1
-        while j < len(words):
-            arg = words[j]
-            if arg == "-m" and j + 1 < len(words):
-                engine = _MODULES.get(words[j + 1])
-                if engine == LMCACHE_SERVER and (j + 2 >= len(words) or words[j + 2].startswith("-")):
-                    return None
-                return (engine, j + 2) if engine is not None else None
-            if arg in ("-X", "-W"):
-                j += 2
-                continue
-            if arg.startswith("-") and not arg.startswith("--"):
-                j += 1
-                continue
+    run = python_module(words)
+    if run is not None:
+        module, k = run
+        engine = _MODULES.get(module)
+        if engine == LMCACHE_SERVER and (k >= len(words) or words[k].startswith("-")):
             return None
+        return (engine, k) if engine is not None else None
     return None
 
 

@@ -440,6 +440,30 @@ def expand_human_readable_json(text: str) -> str:
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$", re.ASCII)
 
 
+def python_module(words: Sequence[str]) -> tuple[str, int] | None:
+    """If ``words`` run a module with a Python interpreter (``python``, ``python3``,
+    ``python3.12``; any path), return ``(module, index of the word after it)``, else None.
+
+    Interpreter options before ``-m`` are skipped: single-dash flags (``-u``, ``-O``) and ``-X``/``-W``
+    with their value; a ``--`` option, a script path or ``-c`` is not a module run.
+    ``python3 -u -m vllm.entrypoints.openai.api_server --port 8000`` -> ("vllm.entrypoints.openai.api_server", 4).
+    """
+    if not words or not _PYTHON_RE.match(words[0].rsplit("/", 1)[-1]):
+        return None
+    j = 1
+    while j < len(words):
+        arg = words[j]
+        if arg == "-m":
+            return (words[j + 1], j + 2) if j + 1 < len(words) else None
+        if arg in ("-X", "-W"):
+            j += 2
+        elif arg.startswith("-") and not arg.startswith("--"):
+            j += 1
+        else:
+            return None
+    return None
+
+
 def _vllm_entrypoint(words: Sequence[str]) -> tuple[str, int] | None:
     """If ``words`` start a vLLM API server, return (entrypoint, index of its first argument).
 
@@ -454,24 +478,13 @@ def _vllm_entrypoint(words: Sequence[str]) -> tuple[str, int] | None:
         if len(words) > 1 and words[1] == "serve":
             return "vllm serve", 2
         return None
-    if _PYTHON_RE.match(base):
-        j = 1
-        while j < len(words):
-            arg = words[j]
-            if arg == "-m" and j + 1 < len(words):
-                module = words[j + 1]
-                if module == "vllm.entrypoints.openai.api_server":
-                    return "api_server", j + 2
-                if module == "vllm.entrypoints.cli.main" and j + 2 < len(words) and words[j + 2] == "serve":
-                    return "vllm serve", j + 3
-                return None
-            if arg in ("-X", "-W"):
-                j += 2
-                continue
-            if arg.startswith("-") and not arg.startswith("--"):
-                j += 1
-                continue
-            return None
+    run = python_module(words)
+    if run is not None:
+        module, k = run
+        if module == "vllm.entrypoints.openai.api_server":
+            return "api_server", k
+        if module == "vllm.entrypoints.cli.main" and k < len(words) and words[k] == "serve":
+            return "vllm serve", k + 1
     return None
 
 

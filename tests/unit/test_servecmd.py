@@ -577,3 +577,16 @@ def test_shell_metachar_soup(first: str, data: Any) -> None:
 def test_engines_behind_each_port(flags: list[str], engines: int) -> None:
     cfg = parse_argv(["vllm", "serve", "org/model", *flags], {})
     assert cfg is not None and cfg.engines_per_port == engines
+
+
+def test_python_module_finds_the_module_after_interpreter_options() -> None:
+    from kubectl_kvreset.servecmd import python_module
+
+    assert python_module(["/usr/bin/python3", "-u", "-X", "utf8", "-m", "sglang.launch_server", "--port", "1"]) == (
+        "sglang.launch_server", 6)
+    assert python_module(["python3.12", "-m", "vllm.entrypoints.openai.api_server"]) == (
+        "vllm.entrypoints.openai.api_server", 3)
+    assert python_module(["python", "-c", "import x"]) is None
+    assert python_module(["python", "serve.py", "-m", "x"]) is None
+    assert python_module(["python", "-m"]) is None
+    assert python_module(["pythonista", "-m", "x"]) is None
