@@ -6,26 +6,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from .client import _quiet_library, client_parts
-from .credentials import (
-    ExecCredential,
-    ExecPluginError,
-    _detail,
-    _exec_refresh_hook,
-    credential_error,
-    exec_user,
-    run_exec_plugin,
-)
+from .client import client_parts
+from .connect import ConfigLoader
+from .credentials import _detail, credential_error
 from .errors import (
     _HEAD_ALLOWANCE,
     CONNECTION_RETRIES,
@@ -37,8 +28,6 @@ from .errors import (
     KubeApiError,
     KubeConfigError,
     KubeConnectionError,
-    KubeCredentialError,
-    KubeError,
     KubeFlags,
     _http_reason,
     _short,
@@ -48,7 +37,7 @@ from .errors import (
     retry_after_seconds,
     status_message,
 )
-from .kubeconfig import _find, apply_overrides, kubeconfig_paths, merge_kubeconfigs, parse_duration
+from .kubeconfig import parse_duration
 from .streams import ExecResult, _exec, _port_forward_http, _port_forward_socket, parse_http_response
 from .transport import Transport, _KeepAlive
 
@@ -93,79 +82,13 @@ class Kube:
             KubeConfigError: no usable kubeconfig, an unknown context, a bad flag value.
         """
         timeout = parse_duration(flags.request_timeout)
-        parts = client_parts()
-
-        paths = kubeconfig_paths(flags.kubeconfig)
-        if flags.kubeconfig and not paths[0].exists():
-            raise KubeConfigError(f"kubeconfig {flags.kubeconfig} does not exist")
-        in_cluster = not paths and bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not flags.server
-        if not in_cluster and not paths and not flags.server:
-            raise KubeConfigError("no kubeconfig found: set KUBECONFIG, pass --kubeconfig, or create ~/.kube/config")
-        who: dict[str, Any] = {"name": "", "user": {}, "cluster": "(in-cluster)" if in_cluster else ""}
-
-        def load() -> tuple[Any, str, str]:
-            # builds a fresh configuration: called again after a 401 to get new credentials
-            configuration = parts.Configuration()
-            if in_cluster:
-                try:
-                    with _quiet_library():
-                        parts.incluster.load_incluster_config(client_configuration=configuration)
-                except parts.ConfigException as exc:
-                    raise KubeConfigError(f"in-cluster configuration failed: {exc}") from exc
-                ns_file = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-                namespace = flags.namespace or (ns_file.read_text().strip() if ns_file.exists() else "default")
-                ctx_name = "(in-cluster)"
-                if flags.token:
-                    configuration.api_key = {"authorization": "Bearer " + flags.token}
-                return configuration, namespace, ctx_name
-            merged = merge_kubeconfigs(paths)
-            cfg, ctx_name, namespace = apply_overrides(merged, flags)
-            user = cfg["users"][0]["user"]
-            ctx_entry = _find(merged, "contexts", ctx_name) if ctx_name else None
-            who["name"] = flags.user or str(((ctx_entry or {}).get("context") or {}).get("user") or "")
-            who["cluster"] = flags.cluster or str(((ctx_entry or {}).get("context") or {}).get("cluster") or "")
-            who["user"] = user
-            sourced = isinstance(user.get("exec"), dict) or isinstance(user.get("auth-provider"), dict)
-            credential: ExecCredential | None = None
-            if isinstance(user.get("exec"), dict):
-                # run here, not by the client's ExecProvider: bounded, in its own process group,
-                # and its arguments and stderr never reach a message
-                try:
-                    credential = run_exec_plugin(user["exec"], cfg["clusters"][0]["cluster"], timeout_s=timeout,
-                                                 cwd=str(paths[0].parent) if paths else None)
-                except ExecPluginError as exc:
-                    raise KubeCredentialError(credential_error(who["name"], user, ctx_name, str(exc))) from exc
-                static = {k: v for k, v in user.items() if k != "exec"}
-                static.update(exec_user(credential))
-                cfg["users"][0]["user"] = static
-            with _quiet_library() as log:
-                try:
-                    parts.kube_config.load_kube_config_from_dict(
-                        cfg, context="kvreset", client_configuration=configuration, persist_config=False
-                    )
-                except Exception as exc:
-                    if sourced and not isinstance(exc, KubeError):
-                        raise KubeCredentialError(
-                            credential_error(who["name"], user, ctx_name, _detail(log.messages, exc))) from exc
-                    if isinstance(exc, (parts.ConfigException, ValueError, OSError)):
-                        raise KubeConfigError(f"kubeconfig context {ctx_name!r} is unusable: {exc}") from exc
-                    raise
-            if credential is not None and credential.expires is not None and credential.token:
-                configuration.refresh_api_key_hook = _exec_refresh_hook(user["exec"], cfg["clusters"][0]["cluster"],
-                                                                        credential.expires, timeout,
-                                                                        str(paths[0].parent) if paths else None)
-            has_token = bool(configuration.api_key)
-            if sourced and (log.messages or not (has_token or configuration.cert_file)):
-                detail = _detail(log.messages) if log.messages else (
-                    "this client cannot use that auth provider" if not user.get("exec") else "no credentials came back")
-                raise KubeCredentialError(credential_error(who["name"], user, ctx_name, detail))
-            return configuration, namespace, ctx_name
+        loader = ConfigLoader.for_flags(flags, client_parts(), timeout)
 
         transport_box: list[Transport] = []
 
         def reload() -> Any:
             try:
-                configuration = load()[0]
+                configuration = loader.load()[0]
             except KubeConfigError as exc:
                 raise KubeConnectionError(
                     f"the API server refused the credentials (401) and rebuilding them failed: {exc}") from exc
@@ -178,7 +101,7 @@ class Kube:
             transport_box[0] = fresh
             return fresh
 
-        configuration, namespace, ctx_name = load()
+        configuration, namespace, ctx_name = loader.load()
         try:
             transport = Transport(configuration, pool_size)
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
@@ -196,9 +119,9 @@ class Kube:
             _headers=headers,
             _impersonate_groups=flags.impersonate_groups,
             _reload=reload,
-            user_name=who["name"],
-            _user=who["user"],
-            cluster=who["cluster"] or ("(from --server)" if flags.server else ""),
+            user_name=loader.user_name,
+            _user=loader.user,
+            cluster=loader.cluster or ("(from --server)" if flags.server else ""),
         )
         return kube
 
