@@ -24,8 +24,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import jsonpath as jsonpath_library
-
 __all__ = ["MACHINE_FORMATS", "OutputFormat", "PrinterError", "custom_columns", "escaped", "jsonpath", "names",
            "parse_output", "row_name"]
 
@@ -141,6 +139,14 @@ def names(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 # ----------------------------------------------------------------------------- jsonpath
+
+
+def _library() -> Any:
+    """python-jsonpath, imported on first use: it (and the ``regex`` package it imports) costs
+    a run that prints no template some 40 ms of start-up (docs/performance.md)."""
+    import jsonpath
+
+    return jsonpath
 
 
 def _as_list(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -387,6 +393,7 @@ class _Template:
 
     def _compile(self, path: Sequence[str]) -> None:
         """Refuse a path the library cannot parse (a bad filter), before any work."""
+        jsonpath_library = _library()
         try:
             jsonpath_library.compile("$" + "".join(path))
         except jsonpath_library.JSONPathError as exc:
@@ -427,6 +434,7 @@ class _Template:
         return self._select(path, data)
 
     def _select(self, path: Sequence[str], data: Any) -> list[Any]:
+        jsonpath_library = _library()
         try:
             return list(jsonpath_library.findall("$" + "".join(path), data))
         except jsonpath_library.JSONPathError as exc:
