@@ -1,6 +1,6 @@
 """The one consent rule for every deletion that may reach what pods outside the targets use.
 
-Pure. Used by the FS tier (:mod:`kubectl_kvreset.fstier`), LMCache's local disk
+Pure. Used by the FS tier (:mod:`kubectl_kvreset.fs`), LMCache's local disk
 (:mod:`kubectl_kvreset.job.storedisk`), the stores (Redis/Valkey, Mooncake, the LMCache MP server,
 InfiniStore, the LMCache controller: :func:`kubectl_kvreset.stores.calls.plan_calls`) and the
 resets whose hook is store-wide (:mod:`kubectl_kvreset.job.resetconsent`). Each caller says who

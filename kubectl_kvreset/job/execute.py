@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..discovery import discover_all
-from ..fstier import plan_fs_clear, run_fs_clear, sharing_message
+from ..fs import plan_fs_clear, run_fs_clear, sharing_message
 from ..kube import KubeError
 from ..plan import STEP_API_RESET, STEP_CLEAR_FS, STEP_DEVMODE, STEP_RESTART
 from ..podapi import PodRef, ResetResult, fetch_metrics, reset

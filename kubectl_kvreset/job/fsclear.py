@@ -1,5 +1,5 @@
 """The clear-fs job: one deletion per backing volume of the targets' FS tiers
-(:mod:`kubectl_kvreset.fstier` plans and runs each), and its ``FsTierClear`` rows."""
+(:mod:`kubectl_kvreset.fs` plans and runs each), and its ``FsTierClear`` rows."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..consent import UNLISTED as CONSENT_UNLISTED
-from ..fstier import (
+from ..fs import (
     CROSS_NAMESPACE_KINDS,
     Claims,
     FsClearResult,
@@ -62,7 +62,7 @@ def other_pod_objects(kube: Kube, namespaces: Sequence[str], notes: list[str]) -
     return found
 
 
-#: Volume kinds whose identity spans namespaces (:func:`kubectl_kvreset.fstier._volume_identity`:
+#: Volume kinds whose identity spans namespaces (:func:`kubectl_kvreset.fs.volumes._volume_identity`:
 #: a hostPath is the node's directory, an NFS export the server's); PVCs and emptyDirs do not.
 CROSS_NAMESPACE = CROSS_NAMESPACE_KINDS
 
@@ -98,12 +98,12 @@ def sharing_pod_objects(kube: Kube, namespaces: Sequence[str], identities: Seque
 def read_claims(kube: Kube, keys: Sequence[tuple[str, str]],
                 cache: dict[tuple[str, str], Any] | None = None) -> Claims:
     """The backing storage of the claims ``keys`` (``(namespace, claim)``): each claim's
-    ``spec.volumeName`` and that PersistentVolume (:func:`kubectl_kvreset.fstier.pv_backing`).
+    ``spec.volumeName`` and that PersistentVolume (:func:`kubectl_kvreset.fs.pv_backing`).
 
     A claim that cannot be read, or whose PersistentVolume cannot be (``get persistentvolumes``
     is cluster-scoped: a namespaced Role cannot grant it), gets a note saying whether other
     claims share its storage is not known; when that PersistentVolume cannot be read and the
-    claim is ``ReadWriteMany`` it also counts as possibly shared (:class:`~kubectl_kvreset.fstier.Claims`).
+    claim is ``ReadWriteMany`` it also counts as possibly shared (:class:`~kubectl_kvreset.fs.Claims`).
     A claim not found or not bound yet is left as it is (its name is its identity). ``cache``
     keeps the answers between calls (``(namespace, claim)`` -> result).
 
@@ -237,7 +237,7 @@ def row_code(outcome: FsClearResult) -> ExitCode:
 
 @dataclass(frozen=True)
 class FsPlan:
-    """What clear-fs will do: one :class:`~kubectl_kvreset.fstier.FsVolumeTarget` per backing
+    """What clear-fs will do: one :class:`~kubectl_kvreset.fs.FsVolumeTarget` per backing
     volume, and the ``notes`` to show first (other pods on a volume, a namespace not listed)."""
 
     scope: Scope
@@ -254,7 +254,7 @@ class FsPlan:
 
 
 def plan_fs(scope: Scope, *, model_only: bool = False, whole_tier: bool = False, shared_stores: bool = False) -> FsPlan:
-    """Map the targeted pods' FS tier roots to their volumes (:func:`kubectl_kvreset.fstier.plan_fs_clear`),
+    """Map the targeted pods' FS tier roots to their volumes (:func:`kubectl_kvreset.fs.plan_fs_clear`),
     naming the pods outside the targets that mount the same volume (every pod of the targets'
     namespaces is listed for that, of every namespace for a hostPath/NFS volume:
     :func:`sharing_pod_objects`).
@@ -276,7 +276,7 @@ def plan_fs(scope: Scope, *, model_only: bool = False, whole_tier: bool = False,
 
 def plan_fs_shared(scope: Scope, pods: Sequence[Any], notes: list[str], *, model_only: bool = False,
                    whole_tier: bool = False, shared_stores: bool = False) -> list[FsVolumeTarget]:
-    """:func:`kubectl_kvreset.fstier.plan_fs_clear` for ``pods`` with the other users of their
+    """:func:`kubectl_kvreset.fs.plan_fs_clear` for ``pods`` with the other users of their
     volumes found by :func:`sharing_pod_objects` (every namespace for a hostPath/NFS volume);
     notes on namespaces that could not be listed are added to ``notes``. ``shared_stores``
     (``--shared-stores``) lets a per-model deletion take a model that pods outside the targets

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from ..consent import SHARED_FLAG
-from ..fstier import FsClearResult, sharing_message
+from ..fs import FsClearResult, sharing_message
 from ..podapi import ResetResult
 from ..pods import Owner
 from ..pool import InFlight, NotRun

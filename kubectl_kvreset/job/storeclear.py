@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..fstier import ExecChoice
+from ..fs import ExecChoice
 from ..pool import Cancel, InFlight, NotRun, parallel
 from ..report import Column, ExitCode, Report
 from ..stores.calls import StoreCall, plan_calls

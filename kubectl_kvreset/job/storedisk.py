@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..consent import Hold, User, hold, kept, unlisted_user
-from ..fstier import CROSS_NAMESPACE_KINDS, Claims, ExecChoice, check_root, may_share, pod_claims, pod_mounts, python_argv
+from ..fs import CROSS_NAMESPACE_KINDS, Claims, ExecChoice, check_root, may_share, pod_claims, pod_mounts, python_argv
 from ..kube import Kube, KubeApiError, KubeConnectionError
 from ..pods import VllmPod, describe_pod
 from ..servecmd import known_model, unevaluated_in

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kubectl_kvreset.consent import SHARED_FLAG, User, hold, kept, unlisted_user
-from kubectl_kvreset.fstier import plan_fs_clear, run_fs_clear
+from kubectl_kvreset.fs import plan_fs_clear, run_fs_clear
 from kubectl_kvreset.stores.calls import plan_calls
 from kubectl_kvreset.stores.config import StoreKind, StoreUse
 from kubectl_kvreset.stores.find import FoundStore, StoreUser

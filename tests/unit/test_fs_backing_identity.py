@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kubectl_kvreset.fstier import may_share, plan_fs_clear, pv_backing
+from kubectl_kvreset.fs import may_share, plan_fs_clear, pv_backing
 from kubectl_kvreset.job.fsclear import read_claims
 from kubectl_kvreset.job.storedisk import plan_disks
 from tests.unit.test_fs_scoped_safety import ClaimKube, claim, kv_pod, lmcache_pod

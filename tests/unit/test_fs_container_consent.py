@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubectl_kvreset.fstier import plan_fs_clear
+from kubectl_kvreset.fs import plan_fs_clear
 from kubectl_kvreset.pods import describe_pod_containers
 from tests.unit.test_fstier import MODEL, ktc_fs, pod
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kubectl_kvreset.fstier import run_fs_clear
+from kubectl_kvreset.fs import run_fs_clear
 
 from .test_fstier import LocalKube, run_script, target_for, vllm_record
 
@@ -108,7 +108,7 @@ def test_script_deletes_only_the_models_disk_files(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from kubectl_kvreset.fstier import python_argv
+    from kubectl_kvreset.fs import python_argv
     from kubectl_kvreset.stores.lmcachekey import disk_name_regex
 
     root = tmp_path / "disk"

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kubectl_kvreset.fstier import plan_fs_clear, pod_mounts, python_argv, run_fs_clear
+from kubectl_kvreset.fs import plan_fs_clear, pod_mounts, python_argv, run_fs_clear
 from kubectl_kvreset.job.storedisk import plan_disks
 from tests.unit.test_fstier import MODEL, PVC_VOL, LocalKube, ktc_fs, make_tree, pod, vllm_record
 
@@ -87,7 +87,7 @@ def test_a_run_that_deletes_the_known_models_but_not_an_unknown_ones_is_left(tmp
     make_tree(root, tmp_path / "outside")
     from dataclasses import replace
 
-    from kubectl_kvreset.fstier import ExecChoice
+    from kubectl_kvreset.fs import ExecChoice
     local = replace(t, root=str(root), choices=(ExecChoice("k0", "vllm", str(root)),))
     res = run_fs_clear(LocalKube(), local)  # type: ignore[arg-type]
     assert res.result == "left" and "u0" in (res.message or ""), res
@@ -199,7 +199,7 @@ NFS_PV = {"metadata": {"name": "pv"}, "spec": {"nfs": {"server": "10.0.0.9", "pa
 
 
 def test_pv_backing_of_each_source() -> None:
-    from kubectl_kvreset.fstier import pv_backing
+    from kubectl_kvreset.fs import pv_backing
     assert pv_backing(NFS_PV) == (("nfs", "10.0.0.9"), "/exports/kv")
     assert pv_backing({"spec": {"csi": {"driver": "efs.csi.aws.com", "volumeHandle": "fs-1"}}}) == (
         ("efs", "fs-1"), "/")

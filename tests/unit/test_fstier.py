@@ -1,4 +1,4 @@
-"""Tests of kubectl_kvreset.fstier: path rules, volume mapping, one deletion per volume,
+"""Tests of kubectl_kvreset.fs: path rules, volume mapping, one deletion per volume,
 model-only matching, and the program that runs in the pod (run here on a local directory)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubectl_kvreset.discovery import VllmPod, describe_pod
-from kubectl_kvreset.fstier import (
+from kubectl_kvreset.fs import (
     CLEAR_PROGRAM,
     CLEAR_SCRIPT,
     FsVolumeTarget,
@@ -526,7 +526,7 @@ class LocalKube:
 
 
 def target_for(root: Path, *, models: tuple[str, ...] = (), pods: tuple[str, ...] = ("p0",)) -> FsVolumeTarget:
-    from kubectl_kvreset.fstier import ExecChoice
+    from kubectl_kvreset.fs import ExecChoice
 
     return FsVolumeTarget(key="k", namespace="llm", volume="pvc/kv", root=str(root), volume_path="/",
                           exec_pod=pods[0], container="vllm",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kubectl_kvreset.discovery import VllmPod, describe_pod
-from kubectl_kvreset.fstier import model_dir_prefixes, plan_fs_clear, run_fs_clear
+from kubectl_kvreset.fs import model_dir_prefixes, plan_fs_clear, run_fs_clear
 from kubectl_kvreset.job.fsclear import fs_row
 from kubectl_kvreset.job.probes import Probe, apply_probe
 from kubectl_kvreset.liveconfig import LiveConfig, read_server_info

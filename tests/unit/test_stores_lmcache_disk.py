@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from kubectl_kvreset.fstier import python_argv
+from kubectl_kvreset.fs import python_argv
 from kubectl_kvreset.stores.config import Unread
 from kubectl_kvreset.stores.lmcache_disk import DISK_SUFFIX, file_prefix, local_disk_of
 
@@ -73,7 +73,7 @@ def test_program_deletes_only_pt_files_of_the_models(tmp_path: Path) -> None:
 
 
 def test_refused_exec_names_the_permission_and_what_would_empty_it() -> None:
-    from kubectl_kvreset.fstier import ExecChoice
+    from kubectl_kvreset.fs import ExecChoice
     from kubectl_kvreset.job.storedisk import DiskCall, disk_row, run_disk
     from kubectl_kvreset.kube import KubeApiError
 

@@ -16,7 +16,7 @@ import pytest
 
 from kubectl_kvreset.configfile import ConfigFileError, ConfigSource, decode_key
 from kubectl_kvreset.discovery import VllmPod, describe_pod
-from kubectl_kvreset.fstier import ExecChoice, FsVolumeTarget, plan_fs_clear, run_fs_clear
+from kubectl_kvreset.fs import ExecChoice, FsVolumeTarget, plan_fs_clear, run_fs_clear
 from kubectl_kvreset.job.fsclear import fs_row, row_code
 from kubectl_kvreset.kube import ExecResult
 from kubectl_kvreset.plan import api_reset_effects, plan_pod_steps
