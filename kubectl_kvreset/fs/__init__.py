@@ -1,4 +1,4 @@
-"""The FS offload tier's one home: safe deletion of vLLM's FS offload tier: path checks, one deletion per backing volume, exec.
+"""Safe deletion of vLLM's FS offload tier: path checks, one deletion per backing volume, exec.
 
 The FS tier is a directory tree that vLLM fills and never empties
 (``vllm/v1/kv_offload/tiering/fs/manager.py``; llm-d's legacy ``llmd_fs_backend`` "is not
@@ -37,7 +37,6 @@ the pod), :mod:`.run` (exec and its answer). Two halves:
   root and options as separate argv elements (never a shell string): ``python3 -I -c``
   :data:`CLEAR_SCRIPT`, or, when the image has no ``python3``, GNU ``find -P ... -xdev``.
 """
-
 
 from __future__ import annotations
 

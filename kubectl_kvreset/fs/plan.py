@@ -17,6 +17,7 @@ from .volumes import CROSS_NAMESPACE_KINDS, Claims, fs_roots, may_share, model_d
 if TYPE_CHECKING:
     from ..pods import VllmPod
 
+
 @dataclass
 class _Group:
     namespace: str
@@ -70,13 +71,35 @@ def plan_fs_clear(pods: Sequence[VllmPod], universe: Sequence[VllmPod], *, model
     Returns:
         Accepted targets sorted by namespace and volume, then refused ones; never raises.
     """
-    groups: dict[tuple[tuple[str, ...], str], _Group] = {}
-    refused: dict[tuple[str, str, str], tuple[str | None, str | None, list[str]]] = {}
-    unknown: dict[tuple[str, str, str], list[str]] = {}
     target_names = {(p.namespace, p.name) for p in pods}
     target_containers = {(p.namespace, p.name, p.container) for p in pods}
     siblings = [p for p in universe if (p.namespace, p.name) in target_names
                 and (p.namespace, p.name, p.container) not in target_containers]
+    groups, refused, unknown = _group_roots(pods, claims)
+    merged = _merge_nested(list(groups.values())) if not model_only else list(groups.values())
+    others = _other_mounts(universe, other_pod_objects, target_names, claims)
+    served = _served(universe, other_pod_objects, claims)
+    targets = [_volume_target(group, pods, _group_sharing(group, others, served, siblings, unlisted, claims),
+                              model_only=model_only, whole_tier=whole_tier, shared_stores=shared_stores)
+               for group in merged]
+    targets.sort(key=lambda t: (t.namespace, t.volume or "", t.volume_path or ""))
+    return targets + _unplanned(refused, unknown, model_only)
+
+
+#: Refused roots: (namespace, repr(root), refusal) -> (root shown, volume label, pod names).
+_Refused = dict[tuple[str, str, str], tuple[str | None, str | None, list[str]]]
+#: Roots the plugin could not evaluate: (namespace, root, reason) -> pod names.
+_Unknown = dict[tuple[str, str, str], list[str]]
+
+
+def _group_roots(pods: Sequence[VllmPod], claims: Claims | None
+                 ) -> tuple[dict[tuple[tuple[str, ...], str], _Group], _Refused, _Unknown]:
+    """Check each root of each pod against its container's mounts (:func:`check_root`) and group the
+    accepted ones by backing storage (volume identity, directory inside it); the refused and the
+    unevaluated ones are kept apart, keyed so that pods sharing the same verdict make one row."""
+    groups: dict[tuple[tuple[str, ...], str], _Group] = {}
+    refused: _Refused = {}
+    unknown: _Unknown = {}
     for pod in pods:
         mounts = pod_mounts(pod.raw, pod.container, claims=claims)
         roots = fs_roots(pod)
@@ -84,7 +107,8 @@ def plan_fs_clear(pods: Sequence[VllmPod], universe: Sequence[VllmPod], *, model
                        if t.kind.value == "fs" and t.tier_type in FS_TIER_TYPES and t.unevaluated}
         for raw_root in roots:
             if raw_root in why_unknown:
-                unknown.setdefault((pod.namespace, str(raw_root), str(why_unknown[raw_root])), []).append(pod.name)
+                ukey = (pod.namespace, str(raw_root), str(why_unknown[raw_root]))
+                unknown.setdefault(ukey, []).append(pod.name)
                 continue
             verdict = check_root(raw_root, mounts)
             if not verdict.ok or verdict.mount is None or verdict.volume_path is None or verdict.root is None:
@@ -108,70 +132,100 @@ def plan_fs_clear(pods: Sequence[VllmPod], universe: Sequence[VllmPod], *, model
                     group.models.append(prefix)
             if not model_dir_prefixes(pod):
                 group.unknown.append(f"{pod.name}: {unknown_model_reason(pod)}")
-    merged = _merge_nested(list(groups.values())) if not model_only else list(groups.values())
-    others = _other_mounts(universe, other_pod_objects, target_names, claims)
-    served = _served(universe, other_pod_objects, claims)
+    return groups, refused, unknown
+
+
+@dataclass(frozen=True)
+class _GroupSharing:
+    """Who else may write on one group's storage: ``sharing`` the OTHER PODS entries (names, or
+    notes for what cannot be listed), ``users`` the same as :class:`~kubectl_kvreset.consent.User`,
+    ``notes`` the claims' notes on that storage."""
+
+    sharing: list[str]
+    users: list[User]
+    notes: list[str]
+
+
+def _group_sharing(group: _Group, others: Sequence[tuple[tuple[str, ...], str, str, str]],
+                   served: Mapping[tuple[str, str], list[tuple[str, list[tuple[tuple[str, ...], str]] | None]]],
+                   siblings: Sequence[VllmPod], unlisted: str | None, claims: Claims | None) -> _GroupSharing:
+    """The pods outside the targets that mount ``group``'s storage over an overlapping directory
+    (``others``, :func:`_other_mounts`), the left-out sibling containers, the namespaces that could not
+    be listed (``unlisted``, on a kind whose identity spans namespaces) and the claims whose storage is
+    not known."""
+    sharers = sorted({(ns, name) for ident, ns, path, name in others
+                      if may_share(ident, path, group.identity, group.volume_path)})
+    sharing = [name if ns == group.namespace else f"{ns}/{name}" for ns, name in sharers]
+    users = _fs_users(sharers, sharing, group, served)
+    # another vLLM container of a targeted pod that --container left out writes there too
+    for name, user in _sibling_users(siblings, group, claims):
+        sharing.append(name)
+        users.append(user)
+    if unlisted is not None and group.identity[0] in CROSS_NAMESPACE_KINDS:
+        sharing.append(unlisted)
+        users.append(unlisted_user(unlisted))
+    notes: list[str] = []
+    if claims is not None:
+        if group.identity in claims.shared:
+            sharing.append(claims.shared[group.identity])
+            users.append(unlisted_user(claims.shared[group.identity]))
+        if group.identity in claims.notes:
+            notes.append(claims.notes[group.identity])
+    return _GroupSharing(sharing, users, notes)
+
+
+def _volume_target(group: _Group, pods: Sequence[VllmPod], shared: _GroupSharing, *, model_only: bool,
+                   whole_tier: bool, shared_stores: bool) -> FsVolumeTarget:
+    """One accepted group's :class:`FsVolumeTarget`: ready pods first to exec in; a per-model deletion
+    where ``model_only`` or others share the storage (unless ``whole_tier``); models held back by the
+    consent rule (:func:`kubectl_kvreset.consent.hold`)."""
+    ordered = [c for ready, c in group.choices if ready] + [c for ready, c in group.choices if not ready]
+    seen: list[ExecChoice] = []
+    for c in ordered:
+        if c not in seen:
+            seen.append(c)
+    sharing, users, notes = shared.sharing, shared.users, list(shared.notes)
+    # a volume pods outside the targets mount: only the targets' models, unless --whole-tier
+    scoped = model_only or (bool(sharing) and not whole_tier)
+    if not any(ready for ready, _ in group.choices):
+        notes.append("no targeted pod mounting it is ready; exec may fail")
+    why_model = [p.serve.model_unknown for p in pods if p.namespace == group.namespace and p.name in group.pods
+                 and p.serve.model_unknown]
+    refusal = None
+    if scoped and group.unknown and not why_model:
+        # a per-model deletion without the model selects nothing of that pod's: never the whole root
+        refusal = unknown_model_message(group.unknown, seen[0].root, sharing, model_only,
+                                        partial=bool(group.models))
+        if group.models:
+            notes.append(refusal)
+            refusal = None
+    # the one consent rule: a model's directories go only where no pod outside the targets
+    # serves that model there (or may), unless --shared-stores (or --whole-tier)
+    models, held_models, held = list(group.models), [], []
+    for model in group.models if scoped else ():
+        consent = hold(users, model=model, given=shared_stores or whole_tier)
+        if consent is not None:
+            models.remove(model)
+            held_models.append(model)
+            held.append(held_message(model, consent.why, consent.users))
+    keep = sorted({u.shown() for m in models for u in kept(users, m)}) if scoped else []
+    return FsVolumeTarget(
+        key=f"{'/'.join(group.identity)}:{group.volume_path}", namespace=group.namespace,
+        volume=group.label, root=seen[0].root, volume_path=group.volume_path,
+        exec_pod=seen[0].pod, container=seen[0].container, choices=tuple(seen),
+        pods=tuple(sorted(group.pods)), other_pods=tuple(sharing),
+        held="; ".join(held) or None, held_models=tuple(held_models),
+        sharers=tuple(u.shown() for u in users), kept_pods=tuple(keep),
+        models=tuple(models) if scoped else (), model_only=scoped,
+        notes=tuple(notes), whole_tier=whole_tier and bool(sharing), refusal=refusal,
+        unknown_models=tuple(group.unknown) if scoped else (),
+        model_unknown="; ".join(dict.fromkeys(why_model)) if scoped and why_model else None)
+
+
+def _unplanned(refused: _Refused, unknown: _Unknown, model_only: bool) -> list[FsVolumeTarget]:
+    """The rows of the roots refused (one per namespace, root and refusal) and of the roots the
+    plugin could not evaluate (one per namespace, root and reason), in the order first met."""
     targets: list[FsVolumeTarget] = []
-    for group in merged:
-        ordered = [c for ready, c in group.choices if ready] + [c for ready, c in group.choices if not ready]
-        seen: list[ExecChoice] = []
-        for c in ordered:
-            if c not in seen:
-                seen.append(c)
-        sharers = sorted({(ns, name) for ident, ns, path, name in others
-                          if may_share(ident, path, group.identity, group.volume_path)})
-        sharing = [name if ns == group.namespace else f"{ns}/{name}" for ns, name in sharers]
-        users = _fs_users(sharers, sharing, group, served)
-        # another vLLM container of a targeted pod that --container left out writes there too
-        for name, user in _sibling_users(siblings, group, claims):
-            sharing.append(name)
-            users.append(user)
-        if unlisted is not None and group.identity[0] in CROSS_NAMESPACE_KINDS:
-            sharing.append(unlisted)
-            users.append(unlisted_user(unlisted))
-        notes: list[str] = []
-        if claims is not None:
-            if group.identity in claims.shared:
-                sharing.append(claims.shared[group.identity])
-                users.append(unlisted_user(claims.shared[group.identity]))
-            if group.identity in claims.notes:
-                notes.append(claims.notes[group.identity])
-        # a volume pods outside the targets mount: only the targets' models, unless --whole-tier
-        scoped = model_only or (bool(sharing) and not whole_tier)
-        if not any(ready for ready, _ in group.choices):
-            notes.append("no targeted pod mounting it is ready; exec may fail")
-        why_model = [p.serve.model_unknown for p in pods if p.namespace == group.namespace and p.name in group.pods
-                     and p.serve.model_unknown]
-        refusal = None
-        if scoped and group.unknown and not why_model:
-            # a per-model deletion without the model selects nothing of that pod's: never the whole root
-            refusal = unknown_model_message(group.unknown, seen[0].root, sharing, model_only,
-                                            partial=bool(group.models))
-            if group.models:
-                notes.append(refusal)
-                refusal = None
-        # the one consent rule: a model's directories go only where no pod outside the targets
-        # serves that model there (or may), unless --shared-stores (or --whole-tier)
-        models, held_models, held = list(group.models), [], []
-        for model in group.models if scoped else ():
-            consent = hold(users, model=model, given=shared_stores or whole_tier)
-            if consent is not None:
-                models.remove(model)
-                held_models.append(model)
-                held.append(held_message(model, consent.why, consent.users))
-        keep = sorted({u.shown() for m in models for u in kept(users, m)}) if scoped else []
-        targets.append(FsVolumeTarget(
-            key=f"{'/'.join(group.identity)}:{group.volume_path}", namespace=group.namespace,
-            volume=group.label, root=seen[0].root, volume_path=group.volume_path,
-            exec_pod=seen[0].pod, container=seen[0].container, choices=tuple(seen),
-            pods=tuple(sorted(group.pods)), other_pods=tuple(sharing),
-            held="; ".join(held) or None, held_models=tuple(held_models),
-            sharers=tuple(u.shown() for u in users), kept_pods=tuple(keep),
-            models=tuple(models) if scoped else (), model_only=scoped,
-            notes=tuple(notes), whole_tier=whole_tier and bool(sharing), refusal=refusal,
-            unknown_models=tuple(group.unknown) if scoped else (),
-            model_unknown="; ".join(dict.fromkeys(why_model)) if scoped and why_model else None))
-    targets.sort(key=lambda t: (t.namespace, t.volume or "", t.volume_path or ""))
     for (ns, _, why), (shown, label, names) in refused.items():
         targets.append(FsVolumeTarget(
             key=f"refused:{ns}:{shown!r}:{label}", namespace=ns, volume=label, root=shown,
@@ -308,19 +362,3 @@ def _other_mounts(universe: Sequence[VllmPod], objects: Sequence[Mapping[str, An
             for m in pod_mounts(obj, str(c.get("name", "")), sharing=True, claims=claims):
                 out.append((m.identity, key[0], m.base, key[1]))
     return out
-
-
-# --------------------------------------------------------------------------- the program run in the pod
-
-#: The fixed program run in the pod with ``python3 -I -c CLEAR_SCRIPT ROOT [--model M]...
-#: [--file-suffix S] [--layout REGEX] [--count-only] [--model-only]`` (what each selects: :func:`python_argv`). The root and model prefixes arrive as argv elements, never as code.
-#: It walks from ``/`` with ``O_NOFOLLOW`` at every component (a symlink anywhere on the way is
-#: refused), works on directory descriptors only (``dir_fd``), never follows a symlink below
-#: the root (links are unlinked, not followed), never crosses into another file system below
-#: the root (their mount points are listed in ``skipped_mounts``), deletes the root's children
-#: and never the root, and prints one JSON object on stdout:
-#: ``{"root", "missing", "refused", "before": {"files","bytes","dirs"}, "after": {...},
-#: "others": {...} (model-only: what is left outside the scope, unidentified directories too),
-#: "unidentified": [names with why] (model-only: directories named like a model's whose record
-#: does not identify them), "skipped_mounts", "errors"}``.
-#: Exit status 0 done, 1 some entries could not be deleted, 3 refused.

@@ -7,11 +7,6 @@ import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
-
 
 #: ``Tier.tier_type`` values whose root this module empties: the Tiering ``fs``/``fs_python``
 #: secondary tiers and llm-d's legacy ``shared_storage_path`` (``vllm/v1/kv_offload/tiering/``).

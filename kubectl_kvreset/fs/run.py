@@ -15,6 +15,7 @@ from .volumes import is_model_dir
 if TYPE_CHECKING:
     from ..kube import ExecResult, Kube
 
+
 @dataclass(frozen=True)
 class FsClearResult:
     """What happened to one :class:`FsVolumeTarget`.
@@ -23,7 +24,8 @@ class FsClearResult:
         target: the plan.
         result: ``emptied`` (nothing selected is left), ``refused`` (the plan or the program in
             the pod refused the root), ``left`` (model-only: directories named like the model's
-            could not be identified, so were not deleted; ``--whole-tier`` deletes them), ``failed`` (exec failed, timed out, or entries are left),
+            could not be identified, so were not deleted; ``--whole-tier`` deletes them), ``failed``
+            (exec failed, timed out, or entries are left),
             ``unconfirmed`` (the exec stream ended without an exit status, :data:`NO_EXIT_STATUS`,
             after the deletion reported nothing left; or the root does not exist in the pod,
             :func:`missing_root_message`), ``left`` (the root cannot be evaluated from the pod
@@ -62,7 +64,8 @@ def _missing_executable(res: ExecResult) -> bool:
     """True when exec could not start the program because the image lacks it (containerd/runc
     say ``executable file not found in $PATH``; a shell-less runtime may exit 127)."""
     text = ((res.message or "") + " " + res.stderr.decode("utf-8", "replace")).lower()
-    if "executable file not found" in text or ("no such file or directory" in text and res.exit_code in (None, 126, 127)):
+    if "executable file not found" in text or (
+            "no such file or directory" in text and res.exit_code in (None, 126, 127)):
         return True
     return res.exit_code == 127 and not res.stdout.strip()
 

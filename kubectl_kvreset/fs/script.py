@@ -4,11 +4,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    pass
-
+#: The fixed program run in the pod with ``python3 -I -c CLEAR_SCRIPT ROOT [--model M]...
+#: [--file-suffix S] [--layout REGEX] [--count-only] [--model-only]`` (what each selects: :func:`python_argv`).
+#: The root and model prefixes arrive as argv elements, never as code.
+#: It walks from ``/`` with ``O_NOFOLLOW`` at every component (a symlink anywhere on the way is
+#: refused), works on directory descriptors only (``dir_fd``), never follows a symlink below
+#: the root (links are unlinked, not followed), never crosses into another file system below
+#: the root (their mount points are listed in ``skipped_mounts``), deletes the root's children
+#: and never the root, and prints one JSON object on stdout:
+#: ``{"root", "missing", "refused", "before": {"files","bytes","dirs"}, "after": {...},
+#: "others": {...} (model-only: what is left outside the scope, unidentified directories too),
+#: "unidentified": [names with why] (model-only: directories named like a model's whose record
+#: does not identify them), "skipped_mounts", "errors"}``.
+#: Exit status 0 done, 1 some entries could not be deleted, 3 refused.
 CLEAR_SCRIPT = r'''
 import json, os, re, stat, sys
 sys.setrecursionlimit(20000)
@@ -256,10 +265,10 @@ def find_argv(step: str, root: str, paths: Sequence[str] = ()) -> list[str]:
 
     ``step``: ``check`` prints the root only when it is a directory and not a symlink;
     ``list`` prints the root's children NUL-separated; ``count`` prints the type and size of
-    every non-directory below the start points, one per line (bytes count regular files only); ``delete`` deletes below the start
-    points. Start points are ``root`` (children only: ``-mindepth 1``) or ``paths`` (model-only:
-    the matched children, deleted whole). ``-P`` never follows symlinks, ``-xdev`` never crosses
-    into another file system. Every start point is absolute (it begins with ``/``), so none can
+    every non-directory below the start points, one per line (bytes count regular files only);
+    ``delete`` deletes below the start points. Start points are ``root`` (children only:
+    ``-mindepth 1``) or ``paths`` (model-only: the matched children, deleted whole). ``-P`` never
+    follows symlinks, ``-xdev`` never crosses into another file system. Every start point is absolute (it begins with ``/``), so none can
     be read as an option or an expression.
     """
     starts = list(paths) if paths else [root]

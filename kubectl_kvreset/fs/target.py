@@ -12,6 +12,7 @@ from ..consent import SHARED_FLAG, User
 if TYPE_CHECKING:
     from ..pods import VllmPod
 
+
 @dataclass(frozen=True)
 class ExecChoice:
     """Where the deletion can run: ``pod``, ``container`` and the ``root`` as that container sees it."""
@@ -105,7 +106,8 @@ def held_message(model: str, why: str, users: Sequence[User]) -> str:
 def model_unknown_message(target: FsVolumeTarget) -> str:
     """The row message of a per-model deletion whose model name is not known: why, and that
     nothing was deleted (the directories vLLM names after it cannot be told from others')."""
-    return (f"only the targets' models' directories under {target.root} may be deleted here, and {target.model_unknown}: "
+    return (f"only the targets' models' directories under {target.root} may be deleted here, "
+            f"and {target.model_unknown}: "
             "nothing was deleted (to let the plugin read it, write the model name literally, or enable dev mode so "
             "clear reads it from the running server's /server_info)")
 

@@ -14,6 +14,7 @@ from .roots import _MODEL_DIR_NAME, FS_TIER_TYPES, MountedVolume, RootRefused, _
 if TYPE_CHECKING:
     from ..pods import VllmPod
 
+
 def _volume_identity(volume: Mapping[str, Any], namespace: str, pod: str,
                      node: str) -> tuple[str, tuple[str, ...], str, str] | None:
     """(kind, identity, base, label) of a pod volume; None for a kind without contents."""
