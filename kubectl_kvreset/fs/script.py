@@ -268,8 +268,8 @@ def find_argv(step: str, root: str, paths: Sequence[str] = ()) -> list[str]:
     every non-directory below the start points, one per line (bytes count regular files only);
     ``delete`` deletes below the start points. Start points are ``root`` (children only:
     ``-mindepth 1``) or ``paths`` (model-only: the matched children, deleted whole). ``-P`` never
-    follows symlinks, ``-xdev`` never crosses into another file system. Every start point is absolute (it begins with ``/``), so none can
-    be read as an option or an expression.
+    follows symlinks, ``-xdev`` never crosses into another file system. Every start point is
+    absolute (it begins with ``/``), so none can be read as an option or an expression.
     """
     starts = list(paths) if paths else [root]
     depth = [] if paths else ["-mindepth", "1"]
