@@ -616,7 +616,7 @@ def describe_reset_failure(pod: VllmPod, first: ResetResult) -> tuple[str, str]:
 def fs_state(tier: Tier, results: list[FsClearResult]) -> tuple[str, str | None]:
     """The state of an FS tier from the volume deletions covering it, and a message.
 
-    LMCache's local disk is never one of clear-fs's deletions (``fstier.FS_TIER_TYPES``): the
+    LMCache's local disk is never one of clear-fs's deletions (``fs.FS_TIER_TYPES``): the
     store step deletes its ``*.pt`` files and says so in its own ``StoreClear`` row, so here it
     is not emptied whatever other FS tier of the pod was."""
     if tier.tier_type == "lmcache_local_disk":

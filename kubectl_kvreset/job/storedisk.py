@@ -2,11 +2,11 @@
 FS deletion machinery, files before/after, scope that path), with ``StoreClear`` rows.
 
 Where the files are: :func:`kubectl_kvreset.stores.lmcache_disk.local_disk_of` (LMCache 0.5.6's
-settings). How they are deleted: as clear-fs deletes vLLM's FS tier (:mod:`kubectl_kvreset.fstier`):
-each directory is checked against the vLLM container's mounts (:func:`~kubectl_kvreset.fstier.check_root`:
+settings). How they are deleted: as clear-fs deletes vLLM's FS tier (:mod:`kubectl_kvreset.fs`):
+each directory is checked against the vLLM container's mounts (:func:`~kubectl_kvreset.fs.check_root`:
 never a system directory, only a writable PVC/emptyDir/hostPath/NFS volume), grouped by backing
 storage so a PVC shared by several pods is emptied once, and emptied by the fixed program
-:data:`~kubectl_kvreset.fstier.CLEAR_SCRIPT` run through ``pods/exec`` in a targeted pod (no
+:data:`~kubectl_kvreset.fs.CLEAR_SCRIPT` run through ``pods/exec`` in a targeted pod (no
 symlink followed, no other file system entered), selecting only ``*.pt`` children of the
 directory. LMCache runs inside vLLM's Python, so ``python3`` is always in the image: no ``find``
 fallback.
