@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.sim.controllers import is_vllm_container
+from tests.sim.podspecs import is_vllm_container
 
 from .conftest import fixture_file
 

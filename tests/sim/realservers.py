@@ -11,7 +11,7 @@ sharing the machine's network so that it can listen on its pod address:
 | ``redis`` | ``redis-server`` in the argv, or a ``redis``/``valkey`` image without command | Debian's ``redis-server`` with the container's args, plus ``--bind POD_IP --protected-mode no`` |
 | ``mooncake`` | ``mooncake_master`` / ``mooncake_client`` | the venv's binary; ``--rpc_address``/``--host`` = POD_IP; the HTTP metadata server, which binds 0.0.0.0 whatever the flags say, gets a free port and the manifest's port is relayed to it from POD_IP |
 | ``lmcache`` | ``lmcache_controller``, ``-m lmcache.v1.standalone`` (a worker without vLLM), ``lmcache server`` (the MP server) | the command as written, with the LMCache venv first on PATH |
-| ``vllm`` | the vLLM container (tests/sim/controllers.py ``is_vllm_container``) | vLLM's CPU build serving the tiny model (tests/peers/tinymodel.py) with ``--load-format dummy`` under the manifest's served model name(s) and port |
+| ``vllm`` | the vLLM container (tests/sim/podspecs.py ``is_vllm_container``) | vLLM's CPU build serving the tiny model (tests/peers/tinymodel.py) with ``--load-format dummy`` under the manifest's served model name(s) and port |
 
 ``all`` means every peer that is installed. A scenario rule may set ``real_server: true`` (or
 ``false``) for one pod instead. In a pod where another container runs a real server, a vLLM
@@ -90,6 +90,7 @@ import yaml
 from .mpstore import mp_extra
 from .network import pump_sockets
 from .pods import PodContext, PodRuntime
+from .podspecs import is_vllm_container, pod_specs_of
 from .sandbox import DEFAULT_PATH, container_host_path, pod_view_argv, volume_binds
 from .serveargs import container_argv
 
@@ -319,7 +320,6 @@ def _base_prefix(venv: Path) -> Path | None:
 
 
 def _vllm_container(c: dict[str, Any]) -> bool:
-    from .controllers import is_vllm_container
     return is_vllm_container(c)
 
 
@@ -445,7 +445,6 @@ def check_manifest_object(obj: dict[str, Any], real: frozenset[str]) -> None:
     and flag when a vLLM container's literal command/args cannot run on the CPU build."""
     if "vllm" not in real:
         return
-    from .controllers import pod_specs_of
     md = obj.get("metadata") or {}
     for spec in pod_specs_of(obj):
         for c in spec.get("containers") or []:

@@ -24,12 +24,8 @@ import yaml
 from tests.beside import llm_d_fixture
 from tests.sim import pods as simpods
 from tests.sim.__main__ import Simulator, bwrap_works, load_manifest_docs
-from tests.sim.controllers import (
-    PodBackend,
-    apply_dev_mode_to_podspec,
-    expand_var_refs,
-    is_vllm_container,
-)
+from tests.sim.controllers import PodBackend, expand_var_refs
+from tests.sim.podspecs import apply_dev_mode_to_podspec, is_vllm_container
 from tests.sim.scenario import ScenarioError, parse_scenario
 from tests.sim.store import (
     ApiError,
