@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from ..podapi import PodCaller, PodRef, fetch_metrics
 from ..pods import ApiPort, VllmPod
 from ..pool import Cancel, NotRun, parallel
-from ..vllm_api import MetricsParseError, cache_counters
+from ..vllm_api import MetricsParseError
+from ..vllm_canary import cache_counters
 
 __all__ = ["busy_engines", "wait_idle"]
 

@@ -1,4 +1,4 @@
-"""Unit tests for the canary's pure parts (kubectl_kvreset.vllm_api) and the verdicts of
+"""Unit tests for the canary's pure parts (kubectl_kvreset.vllm_canary) and the verdicts of
 kubectl_kvreset.job.verify."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from kubectl_kvreset.job.verify import EngineProof, Reading, source_text, verdict, warm_tiers
-from kubectl_kvreset.vllm_api import cache_counters, cached_tokens, canary_body, canary_tokens, valid_salt
+from kubectl_kvreset.vllm_canary import cache_counters, cached_tokens, canary_body, canary_tokens, valid_salt
 
 METRICS = """\
 # HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
