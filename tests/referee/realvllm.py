@@ -19,6 +19,7 @@ data-parallel engine killed together with its API server) leaves nothing in the 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -33,7 +34,14 @@ from pathlib import Path
 from tests import peers
 from tests.simctl import sandbox_available
 
-__all__ = ["RealVLLM", "free_port", "require_vllm"]
+__all__ = ["RealVLLM", "VllmExited", "free_port", "require_vllm"]
+
+_EXCEPTION = re.compile(r"\b[A-Za-z_.]*(Error|Exception)\b: ")
+
+
+class VllmExited(RuntimeError):
+    """The server process ended before ``/health`` answered 200 (the message holds the log's
+    exception lines and its tail)."""
 
 
 def require_vllm() -> Path:
@@ -130,7 +138,7 @@ class RealVLLM:
         assert self.proc is not None
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"vllm exited {self.proc.returncode} before ready:\n{self.tail()}")
+                raise VllmExited(f"vllm exited {self.proc.returncode} before ready:\n{self.causes()}{self.tail()}")
             try:
                 with urllib.request.urlopen(self.base + "/health", timeout=2) as r:
                     if r.status == 200:
@@ -147,6 +155,17 @@ class RealVLLM:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+
+    def causes(self, n: int = 12) -> str:
+        """The log's first ``n`` exception lines (``...Error: ...``, ``Exception: ...``) under a
+        heading, or ``""``: a data-parallel engine's root cause is printed by its worker long
+        before the last lines, which hold only the shutdown of the others."""
+        try:
+            lines = self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        found = [line for line in lines if _EXCEPTION.search(line)][:n]
+        return "exception lines of the log:\n" + "\n".join(found) + "\n--- last lines:\n" if found else ""
 
     def tail(self, n: int = 40) -> str:
         """The last ``n`` lines of the server log."""
