@@ -8,8 +8,10 @@ HF_HUB_OFFLINE=1`` and ``VLLM_SERVER_DEV_MODE`` as the caller asks. Ready when `
 answers 200 (27-46 s on two busy cores).
 
 Where bubblewrap works (CI installs it), the server runs in a sandbox that sees the machine's
-filesystem but has its own pid namespace (``--unshare-pid``, ``--die-with-parent``) and, at
-/dev/shm, a private directory; ``TMPDIR`` points at another. vLLM's message queues
+filesystem but has its own pid namespace (``--unshare-pid``, ``--die-with-parent``) with its own
+``/proc`` (``--proc``: vLLM's workers read ``/proc/<own pid>/status``,
+``vllm/utils/cpu_resource_utils.py``, and the machine's /proc does not hold the namespace's pids)
+and, at /dev/shm, a private directory; ``TMPDIR`` points at another. vLLM's message queues
 (``vllm/distributed/device_communicators/shm_broadcast.py``, ``psm_*`` segments) and its ZMQ
 socket files live there, so a server stopped before its own shutdown unlinks them (a
 data-parallel engine killed together with its API server) leaves nothing in the machine's
@@ -124,7 +126,7 @@ class RealVLLM:
             (self.private / "tmp").mkdir()
             env["TMPDIR"] = str(self.private / "tmp")
             cmd = ["bwrap", "--dev-bind", "/", "/", "--bind", str(self.private / "shm"), "/dev/shm",
-                   "--unshare-pid", "--die-with-parent", "--", *cmd]
+                   "--proc", "/proc", "--unshare-pid", "--die-with-parent", "--", *cmd]
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
