@@ -2,8 +2,10 @@
 with ``--data-parallel-size 2`` (tests/peers/test_real_vllm_dp.py starts it; this module starts
 its own, with the same fixture), each engine's canary pinned to it with ``X-data-parallel-rank``.
 
-With engine 1 running long requests the real reset usually answers ``{"success": false}`` after
-engine 0 has reset, but engine 1 may hold no request for a moment and a retry succeed. Each
+With engine 1 running long requests the real reset answers ``{"success": false}`` after engine 0
+has reset; ``--busy-timeout 0s`` sends it once (a retry within a second found engine 1 between
+two requests in all four attempts of one run on an idle machine), but engine 1 may still hold no
+request at that moment. Each
 attempt is checked against what the reset did (a reset that succeeded is ``cold`` on both
 engines; a busy engine 1 is ``warm`` or ``busy``, never ``cold``), up to ``BUSY_ATTEMPTS`` until
 the busy case is seen; with ``--preempt-running`` both engines prove cold. About 7 GB: run this module alone.
@@ -33,7 +35,7 @@ def _one_attempt(cluster: SimCluster) -> bool:
     p0, p1 = _warm(cluster)
     with _LongRequests(cluster):
         code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/dp", "--yes", "--verify",
-                                           "--busy-timeout", "1s", timeout=300)
+                                           "--busy-timeout", "0s", timeout=300)
     [row] = rows
     states = _states(row)
     print(f"clear --verify with engine 1 busy: exit {code}, gpu {row['gpu']}, {row['result']}: {row['verify']}")
