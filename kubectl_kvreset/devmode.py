@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .engines.vllm.servecmd import ServeCommandError, parse_container
 from .pods import DEV_MODE_ENV, pod_env
-from .servecmd import ServeCommandError, parse_container
 
 __all__ = [
     "DEV_MODE_ENV",
@@ -186,7 +186,7 @@ def owner_templates(obj: Mapping[str, Any]) -> list[TemplateRef]:
 
 def find_vllm_containers(template: Mapping[str, Any]) -> list[VllmContainer]:
     """Every container of a pod template that runs a vLLM API server, in spec order, by the
-    rule discovery uses for pods (:func:`kubectl_kvreset.servecmd.parse_container` reads its
+    rule discovery uses for pods (:func:`kubectl_kvreset.engines.vllm.servecmd.parse_container` reads its
     command, args and literal env); never assumed to be ``containers[0]``. A pod may run two
     (two models side by side): each reads its own ``VLLM_SERVER_DEV_MODE``, and one that vLLM
     refuses crash-loops on its own. Empty when there is none."""

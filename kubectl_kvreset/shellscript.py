@@ -12,7 +12,7 @@ assign any variable, every variable read is unevaluated; after ``set --`` or ``s
 the positional parameters. A value built from such a variable is then reported as not what the
 shell gives (:attr:`Shell.unevaluated`), never a guess.
 
-Used by :mod:`kubectl_kvreset.servecmd`, which reads vLLM's own flags from the words found here.
+Used by :mod:`kubectl_kvreset.engines.vllm.servecmd`, which reads vLLM's own flags from the words found here.
 Rules follow POSIX ``sh`` (XCU 2.x "Shell Command Language") and bash's manual where bash differs.
 """
 

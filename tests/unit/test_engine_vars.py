@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from kubectl_kvreset.engines.vllm.servecmd import engines_unknown_reason, parse_container
 from kubectl_kvreset.job.engines import resolve_engine_counts
 from kubectl_kvreset.kube import KubeApiError
 from kubectl_kvreset.pods import describe_pod_containers
-from kubectl_kvreset.servecmd import engines_unknown_reason, parse_container
 
 
 def container(*args: str, env: list[dict[str, Any]] | None = None, env_from: list[dict[str, Any]] | None = None,

@@ -8,10 +8,16 @@ import json
 
 import pytest
 
+from kubectl_kvreset.engines.vllm.api import (
+    EngineCount,
+    MetricsParseError,
+    engine_count,
+    engine_labels,
+    engine_list,
+)
 from kubectl_kvreset.job.outcome import engine_zero_only
 from kubectl_kvreset.job.probes import needs_engine_labels
 from kubectl_kvreset.pods import ApiPort
-from kubectl_kvreset.vllm_api import EngineCount, MetricsParseError, engine_count, engine_labels, engine_list
 from tests.unit.data import METRICS_SAMPLE as SAMPLE
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kubectl_kvreset.engines.vllm.api import ResetOutcome
 from kubectl_kvreset.kube import ExecResult, HttpAnswer, KubeApiError
 from kubectl_kvreset.podapi import CallFailure, PodCaller, PodRef, Transport, Transports, probe_version, reset
-from kubectl_kvreset.vllm_api import ResetOutcome
 
 REF = PodRef("ns", "pod-a", "vllm")
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kubectl_kvreset.devmode import describe_replacements, owner_templates, read_template_dev_mode
-from kubectl_kvreset.imagever import image_claimed_version, version_mismatch
+from kubectl_kvreset.engines.vllm.imagever import image_claimed_version, version_mismatch
 from kubectl_kvreset.pods import read_dev_mode
 from kubectl_kvreset.podstate import metrics_500_hint, not_running
 

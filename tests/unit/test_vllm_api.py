@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from kubectl_kvreset.vllm_api import (
+from kubectl_kvreset.engines.vllm.api import (
     MetricsParseError,
     ResetOutcome,
     extra_reset_routes,

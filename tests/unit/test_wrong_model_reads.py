@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from kubectl_kvreset.engines.vllm.servecmd import DEFAULT_MODEL, known_model, parse_argv, parse_container
 from kubectl_kvreset.pods import pod_env
-from kubectl_kvreset.servecmd import DEFAULT_MODEL, known_model, parse_argv, parse_container
 from kubectl_kvreset.shellscript import Shell, ansi_c_decode
 from tests.sim.serveargs import parse_vllm_argv
 

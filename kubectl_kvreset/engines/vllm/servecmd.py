@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from ...shellscript import Shell, ShellScriptError
 from .configfile import ConfigFileError, config_args
-from .shellscript import Shell, ShellScriptError
 
 #: Reads a ``--config`` path of the container: returns ``(yaml_text, where)`` (``where`` names
 #: the source for notes, e.g. ``ConfigMap vllm-config key config.yaml``); raises
-#: :class:`~kubectl_kvreset.configfile.ConfigFileError` when the file cannot be read.
+#: :class:`~kubectl_kvreset.engines.vllm.configfile.ConfigFileError` when the file cannot be read.
 ConfigReader = Callable[[str], "tuple[str, str]"]
 
 __all__ = [
@@ -308,7 +308,7 @@ def image_vllm_release(image: str) -> tuple[int, int, int] | None:
     Only vLLM's own images: llm-d images carry llm-d's version, not vLLM's (llm-d
     builds vLLM from a pinned commit, ``docker/common-versions``). Used before any call, where
     the running server cannot be asked yet (the
-    nested-mapping rule of ``--config`` files, :mod:`kubectl_kvreset.configfile`).
+    nested-mapping rule of ``--config`` files, :mod:`kubectl_kvreset.engines.vllm.configfile`).
     """
     repo = _image_repository(image)
     if not (repo == "vllm/vllm-openai" or fnmatch.fnmatchcase(repo, "vllm/vllm-openai-*")):
