@@ -119,8 +119,8 @@ def test_restart_patches() -> None:
         "workerTemplate": {"metadata": {"annotations": {RESTARTED_AT: "T"}}}}}}
     with_leader = lws_obj()
     with_leader["spec"]["leaderWorkerTemplate"]["leaderTemplate"] = {"spec": {}}
-    assert set(lws_restart_patch(with_leader, "T")["spec"]["leaderWorkerTemplate"]) == {"workerTemplate",
-                                                                                        "leaderTemplate"}
+    assert set(lws_restart_patch(with_leader, "T")["spec"]["leaderWorkerTemplate"]) == {
+        "workerTemplate", "leaderTemplate"}
 
 
 def test_role_phases() -> None:

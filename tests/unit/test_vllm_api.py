@@ -58,8 +58,8 @@ def test_extra_routes_follow_the_version() -> None:
 
 def test_reset_query() -> None:
     assert reset_query(Version("0.26.0")) == [("reset_external", "true")]
-    assert reset_query(None, reset_running_requests=True) == [("reset_external", "true"),
-                                                               ("reset_running_requests", "true")]
+    assert reset_query(None, reset_running_requests=True) == [
+        ("reset_external", "true"), ("reset_running_requests", "true")]
 
 
 def test_metrics_sample_parses_with_new_names() -> None:
