@@ -29,13 +29,15 @@ class Tier:
         kind: see :class:`TierKind`.
         connector: the KV connector that manages it (None for the GPU prefix cache).
         spec: the OffloadingConnector spec name (e.g. ``TieringOffloadingSpec``); for an
-            ``LMCacheMPConnector``, :data:`kubectl_kvreset.engines.vllm.kvconfig.LMCACHE_MP_UPSTREAM` when vLLM loads its own copy; else None.
+            ``LMCacheMPConnector``, :data:`kubectl_kvreset.engines.vllm.kvconfig.LMCACHE_MP_UPSTREAM`
+            when vLLM loads its own copy; else None.
         root_dir: FS tier: the directory whose contents are the tier (``root_dir`` /
             ``shared_storage_path`` / LMCache ``local_disk``).
         tier_type: FS tier type: ``"fs"``, ``"fs_python"``, legacy ``"shared_storage"`` or
             ``"lmcache_local_disk"``; for a SHARED Tiering tier its ``type``.
-        store: SHARED: ``"lmcache-mp"`` (an MP server), ``"lmcache-server"`` (``lm://``), ``"redis"``, ``"valkey"``, ``"mooncake-master"``,
-            ``"infinistore"``, ``"s3"``, ``"lmcache-fs"``, ``"tiering-<type>"``...
+        store: SHARED: ``"lmcache-mp"`` (an MP server), ``"lmcache-server"`` (``lm://``), ``"redis"``,
+            ``"valkey"``, ``"mooncake-master"``, ``"infinistore"``, ``"s3"``, ``"lmcache-fs"``,
+            ``"tiering-<type>"``...
         endpoint: SHARED: the address when the config names it (URL or host:port).
         unevaluated: FS tier: why ``root_dir`` is not the directory the server uses (it holds a
             construct the command line's reader could not evaluate, e.g. ``$(hostname)`` in a

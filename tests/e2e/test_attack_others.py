@@ -178,7 +178,8 @@ def test_output_name_and_jsonpath(cluster: SimCluster) -> None:
     assert res.returncode == 1, res.stderr
     lines = [ln for ln in res.stdout.splitlines() if ln.strip()]  # one name per pod, as kubectl's -o name
     assert len(lines) == 1 and lines[0].startswith("pod/both-"), res.stdout
-    res = cluster.run("clear", "-n", NS, "deployment/both", "-o", "jsonpath={range .items[*]}{.container}={.result}{\"\\n\"}{end}")
+    res = cluster.run("clear", "-n", NS, "deployment/both", "-o",
+                      "jsonpath={range .items[*]}{.container}={.result}{\"\\n\"}{end}")
     assert res.returncode == 1, res.stderr
     assert sorted(res.stdout.split()) == ["sglang=left", "vllm=emptied"], res.stdout
     res = cluster.run("clear", "-n", NS, "deployment/both", "-o", "yaml")

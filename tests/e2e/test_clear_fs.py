@@ -141,7 +141,8 @@ def test_hostile_roots_delete_nothing_outside_the_tier(sim: Callable[..., SimClu
 
 
 def test_model_only_keeps_another_models_directories(sim: Callable[..., SimCluster], tmp_path: Path) -> None:
-    docs = [deployment("qwen", "/mnt/files-storage"), deployment("llama", "/mnt/files-storage", model="meta-llama/Llama-3.2-1B")]
+    docs = [deployment("qwen", "/mnt/files-storage"),
+            deployment("llama", "/mnt/files-storage", model="meta-llama/Llama-3.2-1B")]
     cluster = sim([write_manifest(tmp_path, docs)], namespace=NS, dev_mode="on")
     before = by_owner(cluster)
     files = before["qwen"]["fs_tier_files"]
@@ -205,7 +206,8 @@ def test_two_models_on_one_pvc_only_the_targets_model_is_deleted(sim: Callable[.
     assert "were deleted" in text, text
     assert b_pod in text and "kept" in text, text
     if verb == "clear-fs":
-        assert row["result"] == "emptied" and row["model_only"] and row["other_files"] == len(b_files) + 1  # + its record
+        assert row["result"] == "emptied" and row["model_only"] and \
+            row["other_files"] == len(b_files) + 1  # + its record
     else:
         assert row["result"] == "emptied" and row["fs"] == "emptied" and row["left"] == []
     assert "were deleted too" not in err and b_pod in err

@@ -39,7 +39,8 @@ def deployment(name: str, containers: list[dict[str, Any]]) -> dict[str, Any]:
 
 def entries(obj: dict[str, Any]) -> list[list[dict[str, Any]]]:
     """Per container of the template, the env entries naming the variable."""
-    return [[e for e in c.get("env") or [] if e.get("name") == VAR] for c in obj["spec"]["template"]["spec"]["containers"]]
+    return [[e for e in c.get("env") or [] if e.get("name") == VAR]
+            for c in obj["spec"]["template"]["spec"]["containers"]]
 
 
 def wait_rolled(cluster: SimCluster, name: str, check: Callable[[dict[str, Any]], bool], timeout: float = 60.0) -> None:

@@ -170,7 +170,8 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Planted]:
                     "client-certificate-data": base64.b64encode(crt.encode()).decode(),
                     "client-key-data": base64.b64encode(key.encode()).decode(),
                     "exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable,
-                             "args": [str(tmp / "plugin.py"), str(tmp / "token"), f"--oidc-client-secret={SECRETS['plugin_argv_eq']}",
+                             "args": [str(tmp / "plugin.py"), str(tmp / "token"),
+                                      f"--oidc-client-secret={SECRETS['plugin_argv_eq']}",
                                       SECRETS["plugin_stderr"], "--client-secret", SECRETS["plugin_argv"]],
                              "interactiveMode": "Never"}}
         kubeconfig = tmp / "kubeconfig"

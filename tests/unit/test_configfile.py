@@ -38,7 +38,8 @@ def pod_with(volume: dict, mount: dict) -> tuple[dict, dict]:
      {"name": "v", "mountPath": "/cfg", "subPath": "a"}, "/cfg/b.yaml", ConfigSource("ConfigMap", "cm", "k", "v")),
     ({"name": "v", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}},
                                              {"configMap": {"name": "other"}},
-                                             {"secret": {"name": "s", "items": [{"key": "k", "path": "vllm/c.yml"}]}}]}},
+                                             {"secret": {"name": "s",
+                                                         "items": [{"key": "k", "path": "vllm/c.yml"}]}}]}},
      {"name": "v", "mountPath": "/p"}, "/p/vllm/c.yml", ConfigSource("Secret", "s", "k", "v")),
 ])
 def test_locate_follows_every_configmap_and_secret_form(volume, mount, path, want) -> None:

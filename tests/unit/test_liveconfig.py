@@ -65,7 +65,8 @@ def test_reconcile_the_live_answer_wins_with_a_note() -> None:
     spec = layout_from_config(None)
     live = LiveConfig(True, {"kv_connector": "OffloadingConnector", "kv_role": "kv_both"})
     layout, note = reconcile(spec, live)
-    assert [t.kind for t in layout.tiers] == [TierKind.GPU, TierKind.CPU] and layout.connectors == ("OffloadingConnector",)
+    assert [t.kind for t in layout.tiers] == [TierKind.GPU, TierKind.CPU] and \
+        layout.connectors == ("OffloadingConnector",)
     assert note is not None and "OffloadingConnector" in note and "pod spec shows connectors none" in note
     assert reconcile(layout, live) == (layout, None)  # they agree: no note
     assert reconcile(layout, LiveConfig(False, None)) == (layout, None)  # unreadable: the spec stays

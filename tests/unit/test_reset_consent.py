@@ -199,7 +199,8 @@ def test_the_cache_reset_row_says_where_a_store_emptied_by_clear_store_went() ->
 # --- LMCacheMPConnector: vLLM 0.32 loads LMCache's class, whose reset_cache clears the MP server's L1
 
 MP = {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
-      "kv_connector_extra_config": {"lmcache.mp.host": "tcp://lmcache-mp.st.svc.cluster.local", "lmcache.mp.port": 5555}}
+      "kv_connector_extra_config": {"lmcache.mp.host": "tcp://lmcache-mp.st.svc.cluster.local",
+                                    "lmcache.mp.port": 5555}}
 MP_SERVER = "lmcache-mp.st.svc.cluster.local:5555"
 
 
@@ -288,7 +289,8 @@ def test_upstream_mp_in_the_env_loads_vllms_own_class_which_has_no_hook() -> Non
     assert store_wide_reset(ext.layout, Version("0.32.0"))
     # vLLM's own module path still goes through the resolver
     own = mp_pod("own", {**MP, "kv_connector_module_path": "vllm.distributed.kv_transfer.kv_connector.v1."
-                                                            "lmcache_mp_connector"}, env={"LMCACHE_USE_UPSTREAM_MP": "1"})
+                                                            "lmcache_mp_connector"},
+                 env={"LMCACHE_USE_UPSTREAM_MP": "1"})
     assert not store_wide_reset(own.layout, Version("0.32.0"))
 
 
@@ -365,8 +367,8 @@ def test_the_store_row_shows_the_count_before_the_resets_and_what_the_store_step
     [done] = out.done  # the typed result says the same as the row
     assert (done.result, done.before, done.after) == ("emptied", 6, 0)
     assert (row["result"], row["before"], row["after"]) == ("emptied", 6, 0) and out.exit_code is ExitCode.OK
-    assert row["message"].startswith("6 objects before the targets' resets") and "0 objects when the store step ran" in \
-        row["message"] and "0 -> 0 bytes" in row["message"]
+    assert row["message"].startswith("6 objects before the targets' resets") and \
+        "0 objects when the store step ran" in row["message"] and "0 -> 0 bytes" in row["message"]
     assert with_counts_before_reset(report, plan, {}).rows == report.rows
 
 

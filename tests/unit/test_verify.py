@@ -159,7 +159,8 @@ def test_an_engine_whose_reset_was_busy_is_never_cold() -> None:
     # a miss on a busy engine (its canary evicted, say) proves nothing: busy, never cold
     assert verdict(e1) == ("busy", f"busy: {BUSY_TEXT}")
     # a hit stays warm: the measurement is the stronger statement
-    hit = EngineProof("ns", "p", "vllm", 8000, "1", block_size=16, probes=[Reading("api-reset", "p", 32, {"device": 32})])
+    hit = EngineProof("ns", "p", "vllm", 8000, "1", block_size=16,
+                      probes=[Reading("api-reset", "p", 32, {"device": 32})])
     mark_busy(busy_port(("0",)), [hit])  # type: ignore[arg-type]
     assert verdict(hit)[0] == "warm"
     # one engine, no split: busy too
