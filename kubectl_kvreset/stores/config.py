@@ -14,10 +14,9 @@ Where each setting comes from (LMCache 0.5.6 and Mooncake sources, named per poi
   and ``lmcache_mp_connector.py::get_dcp_decorated_model_name`` starts from
   ``vllm_config.model_config.model``. Keys are ``<model>@<world_size>@<worker_id>@<hash>@<dtype>``
   (``lmcache/utils.py::CacheEngineKey.to_string``), so a per-model clear matches ``<model>@*``.
-* ``LMCacheMPConnector``: ``lmcache.mp.host`` (``tcp://HOST``) and ``lmcache.mp.port`` (ZMQ).
-* ``MooncakeStoreConnector``: the JSON file ``MOONCAKE_CONFIG_PATH`` names, key
-  ``master_server_address`` or ``mooncake_master_server_addr`` (both spellings are in use:
-  llm-d's ConfigMap uses the first, Mooncake's own setup reads the second).
+* A connector that names a store of its own (``LMCacheMPConnector``: ``lmcache.mp.host``/``port``;
+  ``MooncakeStoreConnector``: ``MOONCAKE_CONFIG_PATH``'s ``master_server_address``): the kind
+  whose ``connectors`` lists it reads it (:meth:`~.kinds.base.Kind.connector_use`).
 * LMCache ``remote_url`` ``mooncakestore://``: the master is ``extra_config``'s
   ``mooncake_master_server_addr`` (Mooncake 0.3.13 ignores ``master_server_address`` there),
   else the URL's host and port.
@@ -33,10 +32,12 @@ from urllib.parse import urlsplit
 import yaml
 
 from .address import Address, glob_escape, split_address
+from .kinds.lmcache import LMCacheMP
+from .kinds.mooncake import Mooncake
 from .kinds.names import StoreKind
 from .podenv import FileSource, SourceLookup, Unread, file_source, resolve_env, wanted_files
 from .records import StoreUse
-from .registry import kind_for_scheme, scheme_port
+from .registry import kind_for_connector, kind_for_scheme, scheme_port
 
 __all__ = [
     "Address",
@@ -55,8 +56,8 @@ __all__ = [
 ]
 
 LMCACHE_CONNECTORS = frozenset({"LMCacheConnectorV1", "LMCacheConnectorV1Dynamic", "LMCacheConnector"})
-LMCACHE_MP_CONNECTOR = "LMCacheMPConnector"
-MOONCAKE_STORE_CONNECTOR = "MooncakeStoreConnector"
+LMCACHE_MP_CONNECTOR = LMCacheMP.connectors[0]
+MOONCAKE_STORE_CONNECTOR = Mooncake.connectors[0]
 MULTI_CONNECTOR = "MultiConnector"
 _NONE_VALUES = (None, "", "None", "none", "null")
 
@@ -222,60 +223,6 @@ def _lmcache_uses(extra: Mapping[str, Any], env: Mapping[str, str], file_cfg: Ma
     return uses
 
 
-def _mp_use(extra: Mapping[str, Any]) -> StoreUse:
-    """``LMCacheMPConnector``: the MP server at ``lmcache.mp.host``/``lmcache.mp.port``."""
-    notes: list[str] = []
-    host = str(extra.get("lmcache.mp.host") or "localhost")
-    if "lmcache.mp.host" not in extra:
-        notes.append("lmcache.mp.host not set: the connector's default (localhost) is assumed")
-    port = extra.get("lmcache.mp.port", 5555)
-    try:
-        port = int(port)
-    except (TypeError, ValueError):
-        notes.append(f"lmcache.mp.port {port!r} is not a number")
-        port = None
-    addr = _address(host, "lmcache.mp.host", notes, default_port=port)
-    return StoreUse(StoreKind.LMCACHE_MP, addr, "store", source="kv_connector_extra_config lmcache.mp.host",
-                    notes=tuple(notes))
-
-
-def mooncake_master_address(cfg: Mapping[str, Any]) -> str | None:
-    """The master address of a Mooncake config (``MOONCAKE_CONFIG_PATH`` JSON or a connector's
-    extra config): ``master_server_address`` or ``mooncake_master_server_addr``."""
-    for key in ("master_server_address", "mooncake_master_server_addr"):
-        if isinstance(cfg.get(key), str) and cfg[key]:
-            return str(cfg[key])
-    return None
-
-
-def _mooncake_use(extra: Mapping[str, Any], env: Mapping[str, str], files: Mapping[str, Any]) -> StoreUse:
-    notes: list[str] = []
-    text = mooncake_master_address(extra)
-    source = "kv_connector_extra_config"
-    path = env.get("MOONCAKE_CONFIG_PATH")
-    if text is None and path:
-        content = files.get(path)
-        if isinstance(content, str):
-            try:
-                cfg = json.loads(content)
-            except ValueError as exc:
-                notes.append(f"MOONCAKE_CONFIG_PATH {path}: not JSON ({exc})")
-                cfg = {}
-            text = mooncake_master_address(cfg) if isinstance(cfg, Mapping) else None
-            source = f"MOONCAKE_CONFIG_PATH {path}"
-            if text is None and not notes:
-                notes.append(f"MOONCAKE_CONFIG_PATH {path}: no master_server_address in it")
-        else:
-            why = content.reason if isinstance(content, Unread) else "not read"
-            notes.append(f"MOONCAKE_CONFIG_PATH {path}: {why}")
-    if text is None and env.get("MOONCAKE_MASTER"):
-        text, source = env["MOONCAKE_MASTER"], "env MOONCAKE_MASTER"
-    if text is None and not path:
-        notes.append("no Mooncake master address in the configuration")
-    addr = _address(text, source, notes, default_port=50051) if text else None
-    return StoreUse(StoreKind.MOONCAKE, addr, "store", source=source, notes=tuple(notes))
-
-
 def stores_of(kv_transfer_config: Mapping[str, Any] | None, env: Mapping[str, str],
               files: Mapping[str, Any], *, model: str | None, argv: Sequence[str] = ()) -> list[StoreUse]:
     """Every store one vLLM server uses.
@@ -314,8 +261,8 @@ def stores_of(kv_transfer_config: Mapping[str, Any] | None, env: Mapping[str, st
                 found = [*found, StoreUse(StoreKind.OTHER, None, "store", source="LMCACHE_CONFIG_FILE",
                                           notes=(unread + "; stores named there are unknown",))]
             uses.extend(found)
-        elif name == LMCACHE_MP_CONNECTOR:
-            uses.append(_mp_use(extra))
-        elif name == MOONCAKE_STORE_CONNECTOR:
-            uses.append(_mooncake_use(extra, env, files))
+        else:
+            kind = kind_for_connector(name)
+            if kind is not None:
+                uses.append(kind.connector_use(extra, env, files, _address))
     return uses

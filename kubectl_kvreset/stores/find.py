@@ -19,8 +19,6 @@ from ..kube import Kube, KubeApiError
 from ..pods import VllmPod
 from .config import (
     LMCACHE_CONNECTORS,
-    LMCACHE_MP_CONNECTOR,
-    MOONCAKE_STORE_CONNECTOR,
     FileSource,
     StoreUse,
     Unread,
@@ -30,13 +28,13 @@ from .config import (
     wanted_files,
 )
 from .records import FoundStore, StoreUser
-from .registry import kind_of
+from .registry import CONNECTORS, kind_of
 from .resolve import ClusterIndex, Resolution
 
 __all__ = ["FoundStore", "StoreUser", "cluster_index", "find_stores", "may_use_stores", "pod_config", "pod_stores"]
 
 #: Connectors whose configuration can name a store outside the pod.
-STORE_CONNECTORS = frozenset({*LMCACHE_CONNECTORS, LMCACHE_MP_CONNECTOR, MOONCAKE_STORE_CONNECTOR})
+STORE_CONNECTORS = frozenset({*LMCACHE_CONNECTORS, *CONNECTORS})
 
 
 def may_use_stores(pod: VllmPod) -> bool:

@@ -13,7 +13,8 @@ from .kinds.mooncake import Mooncake
 from .kinds.names import KindId, StoreKind
 from .kinds.redis import Redis, Valkey
 
-__all__ = ["KINDS", "Kind", "KindId", "StoreKind", "kind_for_scheme", "kind_of", "scheme_port"]
+__all__ = ["CONNECTORS", "KINDS", "Kind", "KindId", "StoreKind", "kind_for_connector", "kind_for_scheme", "kind_of",
+           "scheme_port"]
 
 #: Every store kind, one per line. ``Other`` (no clear, the generic remedy) is the fallback.
 KINDS: tuple[Kind, ...] = (
@@ -30,6 +31,7 @@ KINDS: tuple[Kind, ...] = (
 
 _BY_NAME: dict[str, Kind] = {k.name.value: k for k in KINDS}
 _BY_SCHEME: dict[str, Kind] = {scheme: k for k in KINDS for scheme in k.schemes}
+_BY_CONNECTOR: dict[str, Kind] = {connector: k for k in KINDS for connector in k.connectors}
 _OTHER: Kind = _BY_NAME[StoreKind.OTHER.value]
 
 
@@ -43,6 +45,16 @@ def kind_for_scheme(scheme: str) -> Kind:
     """The kind an LMCache ``remote_url`` scheme names (lower case); :class:`~.kinds.base.Other` when
     none does (LMCache ``lmcache/v1/storage_backend/connector/__init__.py``)."""
     return _BY_SCHEME.get(scheme, _OTHER)
+
+
+def kind_for_connector(name: str) -> Kind | None:
+    """The kind a vLLM ``kv_connector`` of that name uses as its store
+    (:meth:`~.kinds.base.Kind.connector_use` reads where), None for other connectors."""
+    return _BY_CONNECTOR.get(name)
+
+
+#: Every ``kv_connector`` name some kind is reached through.
+CONNECTORS: frozenset[str] = frozenset(_BY_CONNECTOR)
 
 
 def scheme_port(scheme: str) -> int | None:

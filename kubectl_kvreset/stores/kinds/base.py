@@ -18,13 +18,19 @@ from .names import KindId, KindName, StoreKind
 
 if TYPE_CHECKING:
     from ..address import Address
-    from ..records import Endpoint, FoundStore, StoreCall, StoreResult
+    from ..records import Endpoint, FoundStore, StoreCall, StoreResult, StoreUse
 
-__all__ = ["Http", "Kind", "KindId", "KindName", "Other", "Reach", "StoreKind", "flag_value"]
+__all__ = ["AddressReader", "Http", "Kind", "KindId", "KindName", "Other", "Reach", "StoreKind", "flag_value"]
 
 
 #: ``http(method, path, query=(), body=None) -> (status, body bytes)`` to one port of one pod.
 Http = Callable[..., tuple[int, bytes]]
+
+
+#: ``read(text, source, notes, default_port=None)`` -> the parsed address, or None after
+#: appending to ``notes`` why ``text`` (read from ``source``) is no address; the port defaults
+#: to ``default_port``, else to the scheme's kind's (:func:`kubectl_kvreset.stores.config.parse_address`).
+AddressReader = Callable[..., "Address | None"]
 
 
 class Reach(Protocol):
@@ -77,6 +83,8 @@ class Kind:
     Attributes:
         name: the kind's name in rows and JSON (a :class:`StoreKind` member or a
             :class:`KindName`).
+        connectors: vLLM ``kv_connector`` names whose ``kv_connector_extra_config`` names this
+            store (:meth:`connector_use` reads it).
         schemes: LMCache ``remote_url`` scheme -> the port the address defaults to (None: no
             default) for the schemes that name this kind
             (``lmcache/v1/storage_backend/connector/__init__.py``).
@@ -96,6 +104,7 @@ class Kind:
     """
 
     name: KindId = StoreKind.OTHER
+    connectors: tuple[str, ...] = ()
     schemes: Mapping[str, int | None] = {}
     admin_flags: tuple[str, ...] = ()
     admin_default: int | None = None
@@ -110,6 +119,20 @@ class Kind:
         """The address to parse for a ``remote_url`` of this kind (``options``: LMCache's
         ``extra_config``); the URL itself unless the kind reads it elsewhere."""
         return url
+
+    def connector_use(self, extra: Mapping[str, Any], env: Mapping[str, str], files: Mapping[str, Any],
+                      read: AddressReader) -> StoreUse:
+        """The use of this store a server configured with one of :attr:`connectors` makes.
+
+        Args:
+            extra: the connector's ``kv_connector_extra_config``.
+            env: the container environment (:func:`~kubectl_kvreset.stores.podenv.resolve_env`).
+            files: path -> file text, or :class:`~kubectl_kvreset.stores.podenv.Unread`.
+            read: parses an address (:data:`AddressReader`).
+
+        Never raises on odd configurations: what cannot be known is in the use's ``notes``.
+        """
+        raise NotImplementedError(f"{self.name.value} is named by no connector")
 
     def admin_port(self, pod: Mapping[str, Any] | None) -> int | None:
         """The HTTP admin port of a store pod: an :attr:`admin_flags` flag in its containers'

@@ -8,13 +8,13 @@ no clear."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..lmcache_controller import ControllerError
 from ..lmcache_worker import WorkerError
 from ..mpserver import MpClear, MpServerError
-from ..records import StoreResult
-from .base import Kind, Reach, StoreKind
+from ..records import StoreResult, StoreUse
+from .base import AddressReader, Kind, Reach, StoreKind
 
 if TYPE_CHECKING:
     from ..address import Address
@@ -135,11 +135,30 @@ class LMCacheMP(Kind):
     """The LMCache MP server: its L1 on each pod behind the address, over ``--http-port`` 8080."""
 
     name = StoreKind.LMCACHE_MP
+    connectors = ("LMCacheMPConnector",)
     admin_flags = ("--http-port",)
     admin_default: int = 8080
     clears = True
     unit = "objects"
     errors = (MpServerError,)
+
+    def connector_use(self, extra: Mapping[str, Any], env: Mapping[str, str], files: Mapping[str, Any],
+                      read: AddressReader) -> StoreUse:
+        """``LMCacheMPConnector``: the MP server at ``lmcache.mp.host`` (``tcp://HOST``) and
+        ``lmcache.mp.port`` (ZMQ, default 5555)."""
+        notes: list[str] = []
+        host = str(extra.get("lmcache.mp.host") or "localhost")
+        if "lmcache.mp.host" not in extra:
+            notes.append("lmcache.mp.host not set: the connector's default (localhost) is assumed")
+        port = extra.get("lmcache.mp.port", 5555)
+        try:
+            port = int(port)
+        except (TypeError, ValueError):
+            notes.append(f"lmcache.mp.port {port!r} is not a number")
+            port = None
+        addr = read(host, "lmcache.mp.host", notes, default_port=port)
+        return StoreUse(self.name, addr, "store", source="kv_connector_extra_config lmcache.mp.host",
+                        notes=tuple(notes))
 
     def method(self, store: FoundStore, model: str | None) -> str:
         """``POST /cache/clear`` of the L1, unforced (``--force-mp-clear`` forces it later)."""
