@@ -32,12 +32,12 @@ from urllib.parse import urlsplit
 import yaml
 
 from .address import Address, glob_escape, split_address
-from .kinds.lmcache import LMCacheMP
+from .kinds.lmcache import NONE_VALUES, LMCacheMP
 from .kinds.mooncake import Mooncake
 from .kinds.names import StoreKind
 from .podenv import FileSource, SourceLookup, Unread, file_source, resolve_env, wanted_files
 from .records import StoreUse
-from .registry import kind_for_connector, kind_for_scheme, scheme_port
+from .registry import KINDS, kind_for_connector, kind_for_scheme, scheme_port
 
 __all__ = [
     "Address",
@@ -59,7 +59,6 @@ LMCACHE_CONNECTORS = frozenset({"LMCacheConnectorV1", "LMCacheConnectorV1Dynamic
 LMCACHE_MP_CONNECTOR = LMCacheMP.connectors[0]
 MOONCAKE_STORE_CONNECTOR = Mooncake.connectors[0]
 MULTI_CONNECTOR = "MultiConnector"
-_NONE_VALUES = (None, "", "None", "none", "null")
 
 
 def parse_address(text: str, *, default_port: int | None = None) -> Address:
@@ -116,12 +115,6 @@ def lmcache_settings(extra: Mapping[str, Any], env: Mapping[str, str],
     return settings, sources
 
 
-def _truthy(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
-
-
 def _extra_dict(value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         try:
@@ -168,19 +161,13 @@ def _address(text: Any, source: str, notes: list[str], *, default_port: int | No
         return None
 
 
-def _backends(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The in-process LMCache backends besides the CPU one (``local_disk``, ``remote_url``), for
-    the controller and worker clears to say what they cannot reach."""
-    return {key: settings[key] for key in ("local_disk", "remote_url") if settings.get(key) not in _NONE_VALUES}
-
-
 def _lmcache_uses(extra: Mapping[str, Any], env: Mapping[str, str], file_cfg: Mapping[str, Any] | None,
                   model: str | None, argv: Sequence[str]) -> list[StoreUse]:
     settings, sources = lmcache_settings(extra, env, file_cfg)
     uses: list[StoreUse] = []
     options = _extra_dict(settings.get("extra_config"))
     remote = settings.get("remote_url")
-    if remote not in _NONE_VALUES:
+    if remote not in NONE_VALUES:
         notes: list[str] = []
         url = str(remote)
         scheme = urlsplit(url).scheme.lower() if "://" in url else ""
@@ -190,36 +177,12 @@ def _lmcache_uses(extra: Mapping[str, Any], env: Mapping[str, str], file_cfg: Ma
             notes.append("the model name is unknown: a per-model clear is impossible")
         uses.append(StoreUse(kind.name, addr, kind.scope, model=model, source=sources["remote_url"],
                              extra=options, notes=tuple(notes)))
-    if _truthy(settings.get("enable_controller", False)):
-        notes = []
-        pull = settings.get("controller_pull_url")
-        addr = None
-        if pull in _NONE_VALUES:
-            notes.append("enable_controller is set but controller_pull_url is not")
-        else:
-            addr = _address(pull, sources["controller_pull_url"], notes)
-        instance = settings.get("lmcache_instance_id")
-        if instance in _NONE_VALUES:
-            instance = None
-            notes.append("lmcache_instance_id is not set (required by LMCache 0.5.6)")
-        uses.append(StoreUse(StoreKind.LMCACHE_CONTROLLER, addr, "instance", model=model,
-                             instance_id=str(instance) if instance else None,
-                             source=sources.get("enable_controller", ""), extra=_backends(settings),
-                             notes=tuple(notes)))
-    if _truthy(settings.get("internal_api_server_enabled", False)):
-        start = settings.get("internal_api_server_port_start", 6999)
-        try:
-            start = int(start)
-        except (TypeError, ValueError):
-            start = 6999
-        world = (_flag_int(argv, ("--tensor-parallel-size", "-tp")) or 1) * \
-            (_flag_int(argv, ("--pipeline-parallel-size", "-pp")) or 1)
-        include = settings.get("internal_api_server_include_index_list")
-        offsets = [1 + rank for rank in range(world)
-                   if not isinstance(include, list) or 1 + rank in include]
-        uses.append(StoreUse(StoreKind.LMCACHE_WORKER, Address("localhost", None), "worker",
-                             model=model, ports=tuple(start + o for o in offsets),
-                             source=sources.get("internal_api_server_enabled", ""), extra=_backends(settings)))
+    world = (_flag_int(argv, ("--tensor-parallel-size", "-tp")) or 1) * \
+        (_flag_int(argv, ("--pipeline-parallel-size", "-pp")) or 1)
+    for kind in KINDS:  # the LMCache controller, the worker API: switched on by a setting
+        use = kind.settings_use(settings, sources, model=model, world=world, read=_address)
+        if use is not None:
+            uses.append(use)
     return uses
 
 

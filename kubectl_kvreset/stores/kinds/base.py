@@ -134,6 +134,22 @@ class Kind:
         """
         raise NotImplementedError(f"{self.name.value} is named by no connector")
 
+    def settings_use(self, settings: Mapping[str, Any], sources: Mapping[str, str], *, model: str | None,
+                     world: int, read: AddressReader) -> StoreUse | None:
+        """The use an in-process LMCache (``LMCacheConnectorV1``) makes of this store, None when
+        its settings do not switch it on (a store named by ``remote_url`` is chosen by scheme
+        instead: :attr:`schemes`).
+
+        Args:
+            settings: LMCache's settings, key -> value
+                (:func:`~kubectl_kvreset.stores.config.lmcache_settings`).
+            sources: key -> where it was read (``env LMCACHE_X``...).
+            model: the model name in LMCache's keys, None when unknown.
+            world: the server's tensor-parallel x pipeline-parallel size (one LMCache worker each).
+            read: parses an address (:data:`AddressReader`).
+        """
+        return None
+
     def admin_port(self, pod: Mapping[str, Any] | None) -> int | None:
         """The HTTP admin port of a store pod: an :attr:`admin_flags` flag in its containers'
         ``command`` + ``args``, else :attr:`admin_default`."""

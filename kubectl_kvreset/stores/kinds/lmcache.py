@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..address import Address
 from ..lmcache_controller import ControllerError
 from ..lmcache_worker import WorkerError
 from ..mpserver import MpClear, MpServerError
@@ -17,10 +18,26 @@ from ..records import StoreResult, StoreUse
 from .base import AddressReader, Kind, Reach, StoreKind
 
 if TYPE_CHECKING:
-    from ..address import Address
     from ..records import Endpoint, FoundStore, StoreCall
 
-__all__ = ["LMCacheController", "LMCacheMP", "LMCacheServer", "LMCacheWorker", "mp_has_http"]
+__all__ = ["NONE_VALUES", "LMCacheController", "LMCacheMP", "LMCacheServer", "LMCacheWorker", "backends",
+           "mp_has_http", "truthy"]
+
+#: Values an LMCache setting holds when it is not set.
+NONE_VALUES = (None, "", "None", "none", "null")
+
+
+def truthy(value: Any) -> bool:
+    """An LMCache boolean setting (``true``/``1``/``yes``/``on``, or a bool)."""
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def backends(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The in-process LMCache backends besides the CPU one (``local_disk``, ``remote_url``), for
+    the controller and worker clears to say what they cannot reach."""
+    return {key: settings[key] for key in ("local_disk", "remote_url") if settings.get(key) not in NONE_VALUES}
 
 
 class LMCacheController(Kind):
@@ -32,6 +49,26 @@ class LMCacheController(Kind):
     scope = "instance"
     clears = True
     errors = (ControllerError,)
+
+    def settings_use(self, settings: Mapping[str, Any], sources: Mapping[str, str], *, model: str | None,
+                     world: int, read: AddressReader) -> StoreUse | None:
+        """``enable_controller``: the controller at ``controller_pull_url`` (ZMQ; its HTTP port is
+        the controller pod's ``--port``), cleared per ``lmcache_instance_id``."""
+        if not truthy(settings.get("enable_controller", False)):
+            return None
+        notes: list[str] = []
+        pull = settings.get("controller_pull_url")
+        addr = None
+        if pull in NONE_VALUES:
+            notes.append("enable_controller is set but controller_pull_url is not")
+        else:
+            addr = read(pull, sources["controller_pull_url"], notes)
+        instance = settings.get("lmcache_instance_id")
+        if instance in NONE_VALUES:
+            instance = None
+            notes.append("lmcache_instance_id is not set (required by LMCache 0.5.6)")
+        return StoreUse(self.name, addr, "instance", model=model, instance_id=str(instance) if instance else None,
+                        source=sources.get("enable_controller", ""), extra=backends(settings), notes=tuple(notes))
 
     def method(self, store: FoundStore, model: str | None) -> str:
         """``GET /controller/workers``, then ``POST /clear`` per location."""
@@ -86,6 +123,23 @@ class LMCacheWorker(Kind):
     clears = True
     per_pod = True
     errors = (WorkerError,)
+
+    def settings_use(self, settings: Mapping[str, Any], sources: Mapping[str, str], *, model: str | None,
+                     world: int, read: AddressReader) -> StoreUse | None:
+        """``internal_api_server_enabled``: one port per worker, ``internal_api_server_port_start``
+        (default 6999) + 1 + rank, the ranks ``internal_api_server_include_index_list`` keeps."""
+        if not truthy(settings.get("internal_api_server_enabled", False)):
+            return None
+        start = settings.get("internal_api_server_port_start", 6999)
+        try:
+            start = int(start)
+        except (TypeError, ValueError):
+            start = 6999
+        include = settings.get("internal_api_server_include_index_list")
+        offsets = [1 + rank for rank in range(world) if not isinstance(include, list) or 1 + rank in include]
+        return StoreUse(self.name, Address("localhost", None), "worker", model=model,
+                        ports=tuple(start + o for o in offsets),
+                        source=sources.get("internal_api_server_enabled", ""), extra=backends(settings))
 
     def method(self, store: FoundStore, model: str | None) -> str:
         """``DELETE /cache/clear`` on each worker port of the targeted users."""
