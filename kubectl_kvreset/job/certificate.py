@@ -47,7 +47,8 @@ def _target(row: Mapping[str, Any], verified: bool) -> dict[str, Any]:
     proof: dict[str, Any] = ({"method": "canary", "engines": list(row.get("proof") or [])} if verified
                              else {"method": "answer", "answer": row.get("message")})
     return {"namespace": row.get("namespace") or "", "pod": row["pod"], "container": row.get("container") or "",
-            "engine": row.get("engine") or "vllm", "port": row.get("port"), "owner": row.get("owner") or "", "role": row.get("role"),
+            "engine": row.get("engine") or "vllm", "port": row.get("port"), "owner": row.get("owner") or "",
+            "role": row.get("role"),
             "version": row.get("version"), "steps": list(row.get("steps") or []), "tiers": tiers,
             "result": row.get("result") or "", "verify": row.get("verify"), "message": row.get("message"),
             "proof": proof}

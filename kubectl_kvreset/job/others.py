@@ -22,8 +22,8 @@ from ..rollout import DevModeResult, RestartResult
 from ..stores.calls import StoreCall
 from ..stores.config import StoreKind
 
-__all__ = ["OtherKey", "OtherPlan", "leads_to", "other_key", "other_outcome_row", "other_plan_row", "other_skipped_row", "other_users",
-           "plan_others"]
+__all__ = ["OtherKey", "OtherPlan", "leads_to", "other_key", "other_outcome_row", "other_plan_row", "other_skipped_row",
+           "other_users", "plan_others"]
 
 #: ``(namespace, pod, container)`` of an :class:`~kubectl_kvreset.otherpods.OtherPod`.
 OtherKey = tuple[str, str, str]

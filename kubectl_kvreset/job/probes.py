@@ -49,7 +49,8 @@ from ..pool import Cancel, NotRun, parallel
 
 #: Pod labels that name a pod template: a Deployment's ReplicaSet, a StatefulSet's or
 #: DaemonSet's ControllerRevision, a LeaderWorkerSet's template revision.
-TEMPLATE_LABELS = ("pod-template-hash", "controller-revision-hash", "leaderworkerset.sigs.k8s.io/template-revision-hash")
+TEMPLATE_LABELS = ("pod-template-hash", "controller-revision-hash",
+                   "leaderworkerset.sigs.k8s.io/template-revision-hash")
 
 
 def template_key(pod: VllmPod) -> tuple[str, ...]:
@@ -150,7 +151,8 @@ _NO_PORT = Probe(None, CallFailure("no-port", "no API port found in the vLLM com
 
 
 def probe_templates(caller: PodCaller, firsts: dict[tuple[str, ...], VllmPod], max_concurrency: int,
-                    cancel: Cancel | None, dev_mode_on: Callable[[VllmPod], bool | None]) -> dict[tuple[str, ...], Probe | NotRun]:
+                    cancel: Cancel | None,
+                    dev_mode_on: Callable[[VllmPod], bool | None]) -> dict[tuple[str, ...], Probe | NotRun]:
     """The :class:`Probe` of each template key, read on the pod given for it (see :func:`probe_pods`)."""
     units: list[tuple[tuple[str, ...], str]] = [(k, "version") for k in firsts]
     units += [(k, "server_info") for k, pod in firsts.items() if dev_mode_on(pod) is not False]
@@ -197,7 +199,8 @@ def probe_templates(caller: PodCaller, firsts: dict[tuple[str, ...], VllmPod], m
         out[key] = Probe(
             version=text,
             failure=v if isinstance(v, CallFailure) else (
-                CallFailure("unknown-build", f"{text!r} is not a release this tool knows") if release is None else None),
+                CallFailure("unknown-build", f"{text!r} is not a release this tool knows")
+                if release is None else None),
             live=live if isinstance(live, LiveConfig) else None,
             live_failure=(live if isinstance(live, str) else
                           "an older vLLM's /server_info has no JSON form (config_format from 0.11.0)"

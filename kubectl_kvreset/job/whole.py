@@ -127,7 +127,8 @@ def prepare(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None
     notes = [n for n in stores.notes if n.startswith(("note:", "error:"))]
     covered = lmcache_cpu_planned(stores)
     plan_notes = [f"note: the LMCache CPU tier of {', '.join(covered)} is emptied by the store step "
-                  "(lmcache-controller / lmcache-worker rows), though the reset plan lists it as left"] if covered else []
+                  "(lmcache-controller / lmcache-worker rows), though the reset plan lists it as left"
+                  ] if covered else []
     return ClearJob(the_plan, stores, notes, plan_notes)
 
 

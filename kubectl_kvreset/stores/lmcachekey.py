@@ -91,7 +91,8 @@ def may_write_as(other: str, model: str) -> bool:
     # ``<mine>@`` is read as world size, worker id, hash, dtype; what the rest of their name does
     # not fill, their own numbers do (ints are hex and words too)
     parts = theirs[len(mine) + 1:].split("@")
-    return all(re.fullmatch(p, x, re.ASCII) for p, x in zip((r"-?\d+", r"-?\d+", r"-?[\da-f]+", r"\w+"), parts, strict=False))
+    shapes = (r"-?\d+", r"-?\d+", r"-?[\da-f]+", r"\w+")
+    return all(re.fullmatch(p, x, re.ASCII) for p, x in zip(shapes, parts, strict=False))
 
 
 def is_disk_file_of(name: str, model: str) -> bool:
