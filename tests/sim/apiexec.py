@@ -58,24 +58,8 @@ class ExecHandler:
         the argv in the pod's sandbox (tests/sim/execsandbox.py), stream stdout/stderr, feed
         stdin, then write the exit ``Status`` on channel 3 and close."""
         name = pod["metadata"]["name"]
-        spec = pod.get("spec") or {}
         argv = params.get("command") or []
-        if not argv:
-            raise bad_request("you must specify at least 1 command")
-        names = [str(c.get("name")) for c in spec.get("containers") or []]
-        inits = [str(c.get("name")) for c in spec.get("initContainers") or []]
-        container = (params.get("container") or [""])[-1]
-        if not container:
-            if len(names) == 1:
-                container = names[0]
-            else:
-                msg = (f"a container name must be specified for pod {name}, choose one of: "
-                       f"[{' '.join(names)}]")
-                if inits:
-                    msg += f" or one of the init containers: [{' '.join(inits)}]"
-                raise bad_request(msg)
-        if container not in names and container not in inits:
-            raise bad_request(f"container {container} is not valid for pod {name}")
+        container = self._exec_container(pod, params)
         rec = self._pod_runtime_for_stream(pod)
         if rec is None:
             raise bad_request(f'unable to upgrade connection: container not found ("{container}")')
@@ -120,44 +104,7 @@ class ExecHandler:
                 _send_status(ws, self._exec_status(0, f"cannot run bubblewrap: {e}", argv))
                 ws.close()
                 return
-            assert proc.proc is not None and proc.proc.stdout is not None
-            assert proc.proc.stderr is not None
-            popen = proc.proc
-            out_fd, err_fd = popen.stdout.fileno(), popen.stderr.fileno()  # type: ignore[union-attr]
-            open_fds = {out_fd, err_fd}
-
-            def reader(fd: int, channel: int, keep: bool) -> Callable[[], bool]:
-                def cb() -> bool:
-                    try:
-                        data = os.read(fd, 65536)
-                    except OSError:
-                        data = b""
-                    if not data:
-                        open_fds.discard(fd)
-                        return False
-                    if keep:
-                        ws.send(channel, data)
-                    return True
-                return cb
-
-            def on_message(channel: int, data: bytes) -> None:
-                stdin = popen.stdin
-                if channel == 0 and stdin is not None and data:
-                    try:
-                        stdin.write(data)
-                        stdin.flush()
-                    except OSError:
-                        pass
-                elif channel == CLOSE_CHANNEL and data[:1] == b"\x00" and stdin is not None:
-                    try:
-                        stdin.close()
-                    except OSError:
-                        pass
-
-            fds = {out_fd: reader(out_fd, 1, want_stdout),
-                   err_fd: reader(err_fd, 1 if tty else 2, want_stderr)}
-            outcome = ws.run(fds, on_message, lambda: not open_fds and popen.poll() is not None,
-                             time.monotonic() + self.exec_timeout)
+            outcome = self._exec_pump(ws, proc, want_stdout, want_stderr, tty)
             if outcome != "done":
                 proc.kill()
                 if outcome == "timeout":
@@ -174,16 +121,91 @@ class ExecHandler:
                 code, exec_failure_message(failure, exec_id) if failure else None, argv))
             ws.close()
         finally:
-            proc.kill()
-            if proc.proc is not None:
-                for f in (proc.proc.stdin, proc.proc.stdout, proc.proc.stderr):
-                    try:
-                        if f is not None:
-                            f.close()
-                    except OSError:
-                        pass
+            _close_exec(proc)
+
+    @staticmethod
+    def _exec_container(pod: Obj, params: dict[str, list[str]]) -> str:
+        """The container an exec names (``container``; the only one when left out), validated
+        with the API server's words (400): a command is required, a name among several."""
+        name = pod["metadata"]["name"]
+        spec = pod.get("spec") or {}
+        argv = params.get("command") or []
+        if not argv:
+            raise bad_request("you must specify at least 1 command")
+        names = [str(c.get("name")) for c in spec.get("containers") or []]
+        inits = [str(c.get("name")) for c in spec.get("initContainers") or []]
+        container = (params.get("container") or [""])[-1]
+        if not container:
+            if len(names) == 1:
+                container = names[0]
+            else:
+                msg = (f"a container name must be specified for pod {name}, choose one of: "
+                       f"[{' '.join(names)}]")
+                if inits:
+                    msg += f" or one of the init containers: [{' '.join(inits)}]"
+                raise bad_request(msg)
+        if container not in names and container not in inits:
+            raise bad_request(f"container {container} is not valid for pod {name}")
+        return container
+
+    def _exec_pump(self, ws: ChannelWebSocket, proc: ExecProcess, want_stdout: bool,
+                   want_stderr: bool, tty: bool) -> str:
+        """Stream the started command's stdout (channel 1) and stderr (2, or 1 under a tty) and
+        feed it stdin (channel 0; closed on the close channel) until both outputs end and it
+        exits (``"done"``), the client leaves, or ``exec_timeout`` passes (``"timeout"``)."""
+        assert proc.proc is not None and proc.proc.stdout is not None
+        assert proc.proc.stderr is not None
+        popen = proc.proc
+        out_fd, err_fd = popen.stdout.fileno(), popen.stderr.fileno()  # type: ignore[union-attr]
+        open_fds = {out_fd, err_fd}
+
+        def reader(fd: int, channel: int, keep: bool) -> Callable[[], bool]:
+            def cb() -> bool:
                 try:
-                    proc.proc.wait(timeout=5)
-                except Exception:  # noqa: BLE001
+                    data = os.read(fd, 65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    open_fds.discard(fd)
+                    return False
+                if keep:
+                    ws.send(channel, data)
+                return True
+            return cb
+
+        def on_message(channel: int, data: bytes) -> None:
+            stdin = popen.stdin
+            if channel == 0 and stdin is not None and data:
+                try:
+                    stdin.write(data)
+                    stdin.flush()
+                except OSError:
                     pass
-            proc.cleanup()
+            elif channel == CLOSE_CHANNEL and data[:1] == b"\x00" and stdin is not None:
+                try:
+                    stdin.close()
+                except OSError:
+                    pass
+
+        fds = {out_fd: reader(out_fd, 1, want_stdout),
+               err_fd: reader(err_fd, 1 if tty else 2, want_stderr)}
+        outcome = ws.run(fds, on_message, lambda: not open_fds and popen.poll() is not None,
+                         time.monotonic() + self.exec_timeout)
+        return outcome
+
+
+def _close_exec(proc: ExecProcess) -> None:
+    """Kill an exec's command if still running, close its pipes, reap it, remove its files."""
+    proc.kill()
+    if proc.proc is not None:
+        for f in (proc.proc.stdin, proc.proc.stdout, proc.proc.stderr):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
+        try:
+            proc.proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001
+            pass
+    proc.cleanup()

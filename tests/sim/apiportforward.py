@@ -29,17 +29,7 @@ class PortForwardHandler:
         (tests/sim/podhttp.py, transport ``portforward``); a port nothing listens on gets the
         runtime's connection-refused message on its error channel."""
         name = pod["metadata"]["name"]
-        ports: list[int] = []
-        for value in params.get("ports") or []:
-            for part in value.split(","):
-                part = part.strip()
-                if not part:
-                    continue
-                if not part.isdigit() or not 0 < int(part) < 65536:
-                    raise bad_request(f"invalid port: {part!r}")
-                ports.append(int(part))
-        if not ports:
-            raise bad_request("query parameter \"port\" is required")
+        ports = _forward_ports(params)
         rec = self._pod_runtime_for_stream(pod)
         if rec is None:
             raise bad_request(f'unable to upgrade connection: pod {name} is not running')
@@ -56,7 +46,6 @@ class PortForwardHandler:
             served = list(getter())
         locals_: dict[int, socket.socket] = {}
         fds: dict[int, Callable[[], bool]] = {}
-        sandbox_id = rec.uid.replace("-", "") * 2
         # fault: after this many bytes from the pod the connection drops, without a close frame
         cut = self._pod_faults(rec).get("portforward_cut")
         relayed = [0]
@@ -73,12 +62,7 @@ class PortForwardHandler:
                 upstream = connect(port)
                 listening = upstream is not None
             if not listening:
-                ws.send(2 * i + 1, (
-                    f"error forwarding port {port} to pod {sandbox_id}, uid : failed to execute "
-                    f'portforward in network namespace "/var/run/netns/cni-{rec.uid}": failed '
-                    f'to connect to localhost:{port} inside namespace "{sandbox_id}", IPv4: dial '
-                    f"tcp4 127.0.0.1:{port}: connect: connection refused IPv6 dial tcp6 "
-                    f"[::1]:{port}: connect: connection refused ").encode())
+                ws.send(2 * i + 1, _refused(port, rec.uid))
                 continue
             assert runtime is not None
             mine, theirs = socket.socketpair()
@@ -99,14 +83,7 @@ class PortForwardHandler:
                 ws.send(2 * idx, data)
                 relayed[0] += len(data)
                 if cut and relayed[0] >= cut:
-                    with self._fault_lock:
-                        st = self._pod_fault_state.setdefault(rec.uid, {"pod": name})
-                        st["cut_forwards"] = st.get("cut_forwards", 0) + 1
-                    ws.closed = True
-                    try:
-                        h.connection.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
+                    self._cut_forward(h, ws, rec.uid, name)
                     return False
                 return True
             fds[mine.fileno()] = pump
@@ -128,3 +105,43 @@ class PortForwardHandler:
                     s.close()
                 except OSError:
                     pass
+
+    def _cut_forward(self, h: _Handler, ws: ChannelWebSocket, uid: str, name: str) -> None:
+        """The ``portforward_cut`` fault: counted, and the connection dropped without a close frame."""
+        with self._fault_lock:
+            st = self._pod_fault_state.setdefault(uid, {"pod": name})
+            st["cut_forwards"] = st.get("cut_forwards", 0) + 1
+        ws.closed = True
+        try:
+            h.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def _forward_ports(params: dict[str, list[str]]) -> list[int]:
+    """The ``ports`` of a port-forward request (repeated or comma-separated); 400 for a bad or
+    missing one."""
+    ports: list[int] = []
+    for value in params.get("ports") or []:
+        for part in value.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if not part.isdigit() or not 0 < int(part) < 65536:
+                raise bad_request(f"invalid port: {part!r}")
+            ports.append(int(part))
+    if not ports:
+        raise bad_request("query parameter \"port\" is required")
+    return ports
+
+
+def _refused(port: int, uid: str) -> bytes:
+    """The error-channel message of a port nothing listens on, as the container runtime words it."""
+    sandbox_id = uid.replace("-", "") * 2
+    return (
+        f"error forwarding port {port} to pod {sandbox_id}, uid : failed to execute "
+        f'portforward in network namespace "/var/run/netns/cni-{uid}": failed '
+        f'to connect to localhost:{port} inside namespace "{sandbox_id}", IPv4: dial '
+        f"tcp4 127.0.0.1:{port}: connect: connection refused IPv6 dial tcp6 "
+        f"[::1]:{port}: connect: connection refused "
+    ).encode()

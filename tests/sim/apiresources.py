@@ -42,6 +42,43 @@ class ResourceHandlers:
     def _resource(self, h: _Handler, user: str, method: str, group: str, version: str,
                   rest: list[str], raw_rest: list[str], query: dict[str, str], body: bytes,
                   raw_query: str) -> tuple[int, list[tuple[str, str]], bytes]:
+        """One request on ``/api[s]/<group>/<version>/[namespaces/<ns>/]<plural>[/<name>[/<sub>...]]``
+        (``rest``: the path after the version, ``raw_rest`` still percent-encoded): resolved,
+        counted, authorised, faulted, then served; ``(status, headers, body)`` or one of the
+        internal exceptions of tests/sim/apibase.py."""
+        ns, plural, rtype, name, sub, raw_tail = self._target(method, group, version, rest, raw_rest)
+        resource = f"{plural}/{sub}" if sub else plural
+        if sub == "proxy":
+            verb = _METHOD_VERB.get(method, "get")
+        elif method == "GET" and not name:
+            verb = "watch" if _truthy(query.get("watch")) else "list"
+        elif method == "DELETE" and not name:
+            verb = "deletecollection"
+        else:
+            verb = _METHOD_VERB.get(method, method.lower())
+        self._count(verb, resource)
+        h.sim_call = f"{verb} {resource}"
+        self._authorize(user, verb, resource, group, ns, name)
+        self._api_fault(verb, resource, ns, name, user)
+        dry = query.get("dryRun") == "All"
+        accept = h.headers.get("Accept") or ""
+        if sub in ("proxy", "exec", "portforward", "log"):
+            return self._pod_subresource(h, rtype, ns, plural, name, sub, raw_tail, query, body,
+                                         raw_query)
+        if verb in ("watch", "list", "get"):
+            return self._read(rtype, ns, name, sub, verb, query, accept)
+        if verb in ("create", "update", "patch"):
+            return self._write(h, rtype, ns, name, sub, verb, body, dry)
+        if verb in ("delete", "deletecollection"):
+            return self._delete(rtype, ns, group, plural, name, verb, query, dry)
+        raise method_not_allowed("the server does not allow this method on the requested "
+                                 "resource")
+
+    def _target(self, method: str, group: str, version: str, rest: list[str], raw_rest: list[str]
+                ) -> tuple[str | None, str, ResourceType, str, str, list[str]]:
+        """``(namespace, plural, type, name, subresource, raw tail)`` of a resource path; 404 for
+        an unknown type or subresource, a namespaced name without a namespace; 405 for a write
+        other than POST and DELETE on a collection."""
         ns: str | None = None
         if rest[0] == "namespaces" and len(rest) >= 3 and \
                 self.store.types.lookup(group, version, rest[2]) is not None:
@@ -62,22 +99,13 @@ class ResourceHandlers:
         if not name and method not in ("GET", "POST", "DELETE"):
             raise method_not_allowed("the server does not allow this method on the requested "
                                      "resource")
-        resource = f"{plural}/{sub}" if sub else plural
-        if sub == "proxy":
-            verb = _METHOD_VERB.get(method, "get")
-        elif method == "GET" and not name:
-            verb = "watch" if _truthy(query.get("watch")) else "list"
-        elif method == "DELETE" and not name:
-            verb = "deletecollection"
-        else:
-            verb = _METHOD_VERB.get(method, method.lower())
-        self._count(verb, resource)
-        h.sim_call = f"{verb} {resource}"
-        self._authorize(user, verb, resource, group, ns, name)
-        self._api_fault(verb, resource, ns, name, user)
-        dry = query.get("dryRun") == "All"
-        accept = h.headers.get("Accept") or ""
+        return ns, plural, rtype, name, sub, raw_tail
 
+    def _pod_subresource(self, h: _Handler, rtype: ResourceType, ns: str | None, plural: str,
+                         name: str, sub: str, raw_tail: list[str], query: dict[str, str],
+                         body: bytes, raw_query: str) -> tuple[int, list[tuple[str, str]], bytes]:
+        """``proxy`` (pods and services), ``exec``, ``portforward`` (both hijack the connection)
+        and ``log``."""
         if sub == "proxy":
             rest_path = "/" + "/".join(unquote(s) for s in raw_tail[2:]) if len(raw_tail) > 2 \
                 else "/"
@@ -97,6 +125,11 @@ class ResourceHandlers:
         if sub == "log":
             return self._log(self.store.get(rtype, ns, name), query)
 
+        raise AssertionError(sub)
+
+    def _read(self, rtype: ResourceType, ns: str | None, name: str, sub: str, verb: str,
+              query: dict[str, str], accept: str) -> tuple[int, list[tuple[str, str]], bytes]:
+        """``watch`` (streamed), ``list`` and ``get`` (Tables when ``accept`` asks)."""
         if verb == "watch":
             raise _Stream(self._watch(rtype, ns, query, "as=Table" in accept))
         if verb == "list":
@@ -118,6 +151,11 @@ class ResourceHandlers:
                 return self._json(200, table_for(rtype, [obj], self.store.resource_version,
                                                  query.get("includeObject", "Metadata")))
             return self._json(200, obj)
+        raise AssertionError(verb)
+
+    def _write(self, h: _Handler, rtype: ResourceType, ns: str | None, name: str, sub: str,
+               verb: str, body: bytes, dry: bool) -> tuple[int, list[tuple[str, str]], bytes]:
+        """``create``, ``update`` and ``patch`` (of the object, its status or its scale)."""
         if verb == "create":
             if name:
                 raise method_not_allowed(
@@ -152,6 +190,12 @@ class ResourceHandlers:
                                                        dry))
             return self._json(200, self._served(rtype, self.store.patch(rtype, ns, name, ctype,
                                                                         patch, dry_run=dry)))
+        raise AssertionError(verb)
+
+    def _delete(self, rtype: ResourceType, ns: str | None, group: str, plural: str, name: str,
+                verb: str, query: dict[str, str], dry: bool) -> tuple[int, list[tuple[str, str]], bytes]:
+        """``delete`` (a pod answers itself, marked deleted; others a Success ``Status``) and
+        ``deletecollection``."""
         if verb == "delete":
             obj = self.store.delete(rtype, ns, name, dry_run=dry)
             if rtype.kind == "Pod":
@@ -181,8 +225,7 @@ class ResourceHandlers:
                                     "apiVersion": rtype.api_version,
                                     "metadata": {"resourceVersion": self.store.resource_version},
                                     "items": items})
-        raise method_not_allowed("the server does not allow this method on the requested "
-                                 "resource")
+        raise AssertionError(verb)
 
     def _log(self, pod: Obj, query: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
         """``pods/log``: a batch pod's container log (tests/sim/batchpods.py), empty for other
