@@ -13,9 +13,7 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from .store import (
-    Obj,
-)
+from .resourcetypes import Obj
 from .wsstream import ChannelWebSocket
 
 _METHOD_VERB = {"GET": "get", "HEAD": "get", "OPTIONS": "get", "POST": "create", "PUT": "update",

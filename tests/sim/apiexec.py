@@ -12,12 +12,10 @@ from .apibase import (
     _send_status,
     _truthy,
 )
+from .apierrors import bad_request
 from .controllers import PodRecord
 from .execsandbox import ExecProcess, ExecSpec, exec_failure_message
-from .store import (
-    Obj,
-    bad_request,
-)
+from .resourcetypes import Obj
 from .wsstream import CLOSE_CHANNEL, V4, V5, ChannelWebSocket, is_upgrade
 
 

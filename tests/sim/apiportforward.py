@@ -9,12 +9,10 @@ import time
 from collections.abc import Callable
 
 from .apibase import _Handler
+from .apierrors import bad_request
 from .network import pump_sockets
 from .podhttp import serve_in_thread
-from .store import (
-    Obj,
-    bad_request,
-)
+from .resourcetypes import Obj
 from .wsstream import V4, ChannelWebSocket, is_upgrade
 
 

@@ -14,13 +14,10 @@ from .apibase import (
     _Reply,
     _Stream,
 )
+from .apierrors import ApiError, bad_request
 from .controllers import PodRecord
 from .fakevllm import StreamBody
 from .faults import hangs
-from .store import (
-    ApiError,
-    bad_request,
-)
 
 
 class ProxyHandlers:

@@ -17,22 +17,13 @@ from .apibase import (
     _Stream,
     _truthy,
 )
+from .apierrors import ApiError, bad_request, invalid, method_not_allowed
 from .apitables import (
     table_for,
 )
-from .store import (
-    ApiError,
-    Obj,
-    ResourceType,
-    bad_request,
-    invalid,
-    json_patch,
-    merge_patch,
-    method_not_allowed,
-    parse_field_selector,
-    parse_label_selector,
-    strategic_merge_patch,
-)
+from .patches import json_patch, merge_patch, strategic_merge_patch
+from .resourcetypes import Obj, ResourceType
+from .selectors import parse_field_selector, parse_label_selector
 
 
 class ResourceHandlers:

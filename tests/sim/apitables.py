@@ -11,10 +11,7 @@ from .apibase import (
     _parse_time,
 )
 from .controllers import human_age
-from .store import (
-    Obj,
-    ResourceType,
-)
+from .resourcetypes import Obj, ResourceType
 
 
 def _col(name: str, ctype: str = "string", desc: str = "", priority: int = 0,

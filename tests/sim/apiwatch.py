@@ -14,15 +14,9 @@ from .apibase import _Handler
 from .apitables import (
     table_for,
 )
-from .store import (
-    Event,
-    Obj,
-    ResourceType,
-    fields_match,
-    labels_match,
-    parse_field_selector,
-    parse_label_selector,
-)
+from .resourcetypes import Obj, ResourceType
+from .selectors import fields_match, labels_match, parse_field_selector, parse_label_selector
+from .store import Event
 
 
 class WatchHandlers:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .store import Obj
+from .resourcetypes import Obj
 
 POD_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .apierrors import ApiError
 from .clusterbase import (  # PodRecord, PodBackend, expand_var_refs, default_backend: re-exported
     GPU_RESOURCE,
     LWS_GROUP,
@@ -57,8 +58,9 @@ from .podlifecycle import PodLifecycle
 from .podspecs import apply_dev_mode_to_podspec, pod_specs_of
 from .podvolumes import PodVolumes
 from .replicasets import ReplicaSetController
+from .resourcetypes import Obj, ResourceType
 from .scenario import Scenario
-from .store import ApiError, Event, Obj, ResourceType, Store, now_rfc3339
+from .store import Event, Store, now_rfc3339
 
 # --------------------------------------------------------------------------------------------
 # The cluster

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import copy
 
+from .apierrors import ApiError
 from .clusterbase import (
     DAEMONSET_HASH_LABEL,
     template_hash,
 )
-from .store import ApiError, Obj
+from .resourcetypes import Obj
 
 
 class DaemonSetController:

@@ -21,7 +21,8 @@ from .clusterbase import (
     owner_ref,
     template_hash,
 )
-from .store import Obj, now_rfc3339
+from .resourcetypes import Obj
+from .store import now_rfc3339
 
 
 class DeploymentController:

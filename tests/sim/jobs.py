@@ -7,11 +7,12 @@ import sys
 import time
 from typing import Any
 
+from .apierrors import ApiError
 from .batchpods import BatchRun
 from .clusterbase import (
     PodRecord,
 )
-from .store import ApiError, now_rfc3339
+from .store import now_rfc3339
 
 
 class JobController:

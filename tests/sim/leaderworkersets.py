@@ -17,11 +17,12 @@ import copy
 import hashlib
 from typing import Any
 
+from .apierrors import ApiError
 from .clusterbase import (
     LWS_LABEL,
     template_hash,
 )
-from .store import ApiError, Obj
+from .resourcetypes import Obj
 
 
 class LeaderWorkerSetController:

@@ -10,6 +10,7 @@ import sys
 import time
 from typing import Any
 
+from .apierrors import ApiError
 from .batchpods import BatchRun, is_batch_spec
 from .clusterbase import (
     PodRecord,
@@ -19,7 +20,8 @@ from .clusterbase import (
     random_suffix,
 )
 from .podspecs import is_vllm_container
-from .store import ApiError, Obj, now_rfc3339
+from .resourcetypes import Obj
+from .store import now_rfc3339
 
 
 class PodLifecycle:

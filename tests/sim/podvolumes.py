@@ -7,6 +7,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
+from .apierrors import ApiError
 from .clusterbase import (
     _FIELD_LABEL_RE,
     SA_MOUNT,
@@ -14,7 +15,7 @@ from .clusterbase import (
     expand_var_refs,
 )
 from .rbac import service_account_user
-from .store import ApiError, Obj
+from .resourcetypes import Obj
 
 
 class PodVolumes:

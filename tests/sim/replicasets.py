@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .apierrors import ApiError
 from .clusterbase import (
     controller_of,
 )
-from .store import ApiError
 
 
 class ReplicaSetController:

@@ -46,6 +46,7 @@ from .apibase import (
     _Stream,
     _TLSServer,
 )
+from .apierrors import ApiError, bad_request, forbidden
 from .apiexec import ExecHandler
 from .apiportforward import PortForwardHandler
 from .apiproxy import ProxyHandlers
@@ -53,12 +54,7 @@ from .apiresources import ResourceHandlers
 from .apiwatch import WatchHandlers
 from .controllers import Cluster
 from .faults import Faults
-from .store import (
-    ApiError,
-    Obj,
-    bad_request,
-    forbidden,
-)
+from .resourcetypes import Obj
 
 VERSION_INFO = {
     "major": "1",
