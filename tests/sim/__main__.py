@@ -24,7 +24,8 @@ from typing import Any
 import yaml
 
 from .apierrors import ApiError
-from .controllers import Cluster, ClusterConfig, PodBackend, default_backend
+from .clusterbase import ClusterConfig, PodBackend, default_backend
+from .controllers import Cluster
 from .rbac import RBACAuthorizer
 from .realservers import parse_real_servers
 from .scenario import Scenario, ScenarioError, load_scenario

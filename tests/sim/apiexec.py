@@ -13,7 +13,7 @@ from .apibase import (
     _truthy,
 )
 from .apierrors import bad_request
-from .controllers import PodRecord
+from .clusterbase import PodRecord
 from .execsandbox import ExecProcess, ExecSpec, exec_failure_message
 from .resourcetypes import Obj
 from .wsstream import CLOSE_CHANNEL, V4, V5, ChannelWebSocket, is_upgrade

@@ -15,7 +15,7 @@ from .apibase import (
     _Stream,
 )
 from .apierrors import ApiError, bad_request
-from .controllers import PodRecord
+from .clusterbase import PodRecord
 from .fakevllm import StreamBody
 from .faults import hangs
 

@@ -10,7 +10,7 @@ from typing import Any
 from .apibase import (
     _parse_time,
 )
-from .controllers import human_age
+from .clusterbase import human_age
 from .resourcetypes import Obj, ResourceType
 
 

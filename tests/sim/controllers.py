@@ -25,29 +25,18 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .apierrors import ApiError
-from .clusterbase import (  # PodRecord, PodBackend, expand_var_refs, default_backend: re-exported
+from .clusterbase import (
     GPU_RESOURCE,
     LWS_GROUP,
     NODE_NAME,
     SA_MOUNT,
     ClusterConfig,
     PodBackend,
+    PodRecord,
     _Scheduler,
     controller_of,
     gpu_request,
     random_suffix,
-)
-from .clusterbase import (
-    PodRecord as PodRecord,
-)
-from .clusterbase import (
-    default_backend as default_backend,
-)
-from .clusterbase import (
-    expand_var_refs as expand_var_refs,
-)
-from .clusterbase import (
-    human_age as human_age,
 )
 from .daemonsets import DaemonSetController
 from .deployments import DeploymentController

@@ -25,7 +25,7 @@ from tests.beside import llm_d_fixture
 from tests.sim import pods as simpods
 from tests.sim.__main__ import Simulator, bwrap_works, load_manifest_docs
 from tests.sim.apierrors import ApiError
-from tests.sim.controllers import PodBackend, expand_var_refs
+from tests.sim.clusterbase import PodBackend, expand_var_refs
 from tests.sim.patches import json_patch, merge_patch, strategic_merge_patch
 from tests.sim.podspecs import apply_dev_mode_to_podspec, is_vllm_container
 from tests.sim.scenario import ScenarioError, parse_scenario
