@@ -27,7 +27,7 @@ from .apierrors import ApiError
 from .clusterbase import ClusterConfig, PodBackend, default_backend
 from .controllers import Cluster
 from .rbac import RBACAuthorizer
-from .realservers import parse_real_servers
+from .realpeers import parse_real_servers
 from .scenario import Scenario, ScenarioError, load_scenario
 from .server import SimServer
 from .store import Store

@@ -154,7 +154,7 @@ class Cluster(PodLifecycle, PodVolumes, DaemonSetController, LeaderWorkerSetCont
         scenario replica overrides. Returns a modified deep copy."""
         obj = copy.deepcopy(obj)
         if self.config.real_servers:
-            from .realservers import check_manifest_object
+            from .realpeers import check_manifest_object
             check_manifest_object(obj, self.config.real_servers)
         if self.config.dev_mode in ("on", "off", "invalid"):
             for spec in pod_specs_of(obj):
