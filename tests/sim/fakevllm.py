@@ -84,6 +84,7 @@ from typing import Any
 from packaging.version import Version
 
 from . import vllm032
+from .connectorinfo import ConnectorInfo
 from .fakevllmapi import FakeVLLMEndpoints
 from .fakevllmbase import (
     _FALSE,
@@ -103,7 +104,6 @@ from .fakevllmbase import (
 from .kvtiers import EngineCache, FsBlocks
 from .mooncakestore import MooncakeStoreHook
 from .mpstore import LMCacheMPHook
-from .serveargs import ConnectorInfo
 
 __all__ = [
     "BLOCK_SIZE",

@@ -11,7 +11,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from .serveargs import ConnectorInfo
+from .connectorinfo import ConnectorInfo
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 

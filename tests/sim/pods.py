@@ -69,6 +69,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from .connectorinfo import ConnectorInfo
 from .fakeinfinistore import FakeInfiniStore, infinistore_manage_port
 from .fakemp import FakeMpServer, mp_http_port
 from .fakevllm import FakeVLLM, Response, dev_mode_state, parse_version
@@ -77,16 +78,10 @@ from .mooncakestore import DEFAULT_ADMIN_PORT, MooncakeStoreHook
 from .mpstore import DEFAULT_HTTP_PORT as MP_HTTP_PORT
 from .mpstore import LMCacheMPHook, mp_extra
 from .sandbox import Bind, container_host_path, run_recorded, volume_binds
-from .serveargs import (
-    ConnectorInfo,
-    ServeArgs,
-    container_argv,
-    expand_k8s_vars,
-    parse_sidecar_args,
-    vllm_args_of,
-)
+from .serveargs import ServeArgs, container_argv, expand_k8s_vars, vllm_args_of
 from .serveargs import parse_vllm_argv as _parse_vllm_argv
 from .sidecar import RoutingSidecar
+from .sidecarargs import parse_sidecar_args
 
 __all__ = ["ExecView", "PodContext", "PodRuntime"]
 

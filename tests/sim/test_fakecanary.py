@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.sim.connectorinfo import ConnectorInfo
 from tests.sim.fakevllm import FakeVLLM
-from tests.sim.serveargs import ConnectorInfo
 
 CPU = ConnectorInfo("OffloadingConnector", "CPUOffloadingSpec", True)
 EXAMPLE = ConnectorInfo("ExampleConnector")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.sim.connectorinfo import ConnectorInfo
 from tests.sim.fakevllm import FakeVLLM, StreamBody, dev_mode_state
-from tests.sim.serveargs import ConnectorInfo
 
 CPU = ConnectorInfo("OffloadingConnector", "CPUOffloadingSpec", True)
 TIERING = ConnectorInfo("OffloadingConnector", "TieringOffloadingSpec", True, ("/mnt/files-storage",))

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from tests.sim.connectorinfo import ConnectorInfo
 from tests.sim.fakemp import FakeMpServer
 from tests.sim.fakevllm import FakeVLLM
 from tests.sim.mpstore import LMCacheMPHook, mp_extra
-from tests.sim.serveargs import ConnectorInfo
 
 CONNECTOR = {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
              "kv_connector_extra_config": {"lmcache.mp.host": "tcp://lmcache-server", "lmcache.mp.port": 5555}}
