@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.manifests import build
 from tests.simctl import SimCluster
 
 from .conftest import fixture_file
@@ -38,23 +39,14 @@ def deployment(name: str, root: str | None, *, model: str = MODEL) -> dict[str, 
     ktc = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
            "kv_connector_extra_config": {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 1 << 30,
                                          "block_size": 256, "secondary_tiers": [tier]}}
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
-            "metadata": {"labels": labels},
-            "spec": {
-                "containers": [{
-                    "name": "vllm", "image": "vllm/vllm-openai:v0.26.0",
-                    "command": ["vllm", "serve", model, "--port", "8000",
-                                "--kv-transfer-config", json.dumps(ktc)],
-                    "volumeMounts": [{"name": "kv", "mountPath": "/mnt/files-storage"},
-                                     {"name": "shm", "mountPath": "/dev/shm"}],
-                }],
-                "volumes": [{"name": "kv", "persistentVolumeClaim": {"claimName": "kv-cache"}},
-                            {"name": "shm", "emptyDir": {"medium": "Memory"}}],
-            }}},
+    container = {
+        "name": "vllm", "image": "vllm/vllm-openai:v0.26.0",
+        "command": ["vllm", "serve", model, "--port", "8000", "--kv-transfer-config", json.dumps(ktc)],
+        "volumeMounts": [{"name": "kv", "mountPath": "/mnt/files-storage"},
+                         {"name": "shm", "mountPath": "/dev/shm"}],
     }
+    return build.deployment(name, [container], volumes=[build.pvc_volume("kv", "kv-cache"),
+                                                        {"name": "shm", "emptyDir": {"medium": "Memory"}}])
 
 
 def write_manifest(tmp_path: Path, docs: list[dict[str, Any]]) -> Path:
@@ -141,7 +133,8 @@ def test_hostile_roots_delete_nothing_outside_the_tier(sim: Callable[..., SimClu
 
 
 def test_model_only_keeps_another_models_directories(sim: Callable[..., SimCluster], tmp_path: Path) -> None:
-    docs = [deployment("qwen", "/mnt/files-storage"), deployment("llama", "/mnt/files-storage", model="meta-llama/Llama-3.2-1B")]
+    docs = [deployment("qwen", "/mnt/files-storage"),
+            deployment("llama", "/mnt/files-storage", model="meta-llama/Llama-3.2-1B")]
     cluster = sim([write_manifest(tmp_path, docs)], namespace=NS, dev_mode="on")
     before = by_owner(cluster)
     files = before["qwen"]["fs_tier_files"]
@@ -205,7 +198,8 @@ def test_two_models_on_one_pvc_only_the_targets_model_is_deleted(sim: Callable[.
     assert "were deleted" in text, text
     assert b_pod in text and "kept" in text, text
     if verb == "clear-fs":
-        assert row["result"] == "emptied" and row["model_only"] and row["other_files"] == len(b_files) + 1  # + its record
+        # + its record
+        assert row["result"] == "emptied" and row["model_only"] and row["other_files"] == len(b_files) + 1
     else:
         assert row["result"] == "emptied" and row["fs"] == "emptied" and row["left"] == []
     assert "were deleted too" not in err and b_pod in err

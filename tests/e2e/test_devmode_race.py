@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from tests.manifests import build
 from tests.simctl import SimCluster, zipapp_path
 
 NS = "llm"
@@ -31,15 +32,13 @@ def server(name: str, model: str, port: int, env: list[dict[str, str]] | None) -
 
 
 def deployment(name: str, containers: list[dict[str, Any]]) -> dict[str, Any]:
-    labels = {"app": name}
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-            "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels}, "spec": {"containers": containers}}}}
+    return build.deployment(name, containers)
 
 
 def entries(obj: dict[str, Any]) -> list[list[dict[str, Any]]]:
     """Per container of the template, the env entries naming the variable."""
-    return [[e for e in c.get("env") or [] if e.get("name") == VAR] for c in obj["spec"]["template"]["spec"]["containers"]]
+    return [[e for e in c.get("env") or [] if e.get("name") == VAR]
+            for c in obj["spec"]["template"]["spec"]["containers"]]
 
 
 def wait_rolled(cluster: SimCluster, name: str, check: Callable[[dict[str, Any]], bool], timeout: float = 60.0) -> None:
