@@ -176,7 +176,8 @@ def dp_source(kind: str) -> dict[str, Any]:
 def test_a_config_map_size_and_a_metrics_that_fails_once_are_unconfirmed(sim, tmp_path: Path) -> None:
     # vLLM before 0.32, --data-parallel-size $(DP) from a ConfigMap key, /metrics failing its first
     # scrape: read again, as the metrics command does, the engine labels count four engines
-    cluster = start(sim, tmp_path, "0.26.0", [dp_source("ConfigMap"), keyed_dp_deployment("keyed", "0.26.0", "ConfigMap")],
+    cluster = start(sim, tmp_path, "0.26.0",
+                    [dp_source("ConfigMap"), keyed_dp_deployment("keyed", "0.26.0", "ConfigMap")],
                     busy_engines={2: 1000}, metrics_fail_first=1)
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--busy-timeout", "1s")
     assert code == 3, (err, rows)
@@ -189,7 +190,8 @@ def test_a_config_map_size_and_a_metrics_that_fails_once_are_unconfirmed(sim, tm
 
 
 def test_a_config_map_size_counts_when_metrics_never_answers(sim, tmp_path: Path) -> None:
-    cluster = start(sim, tmp_path, "0.26.0", [dp_source("ConfigMap"), keyed_dp_deployment("keyed", "0.26.0", "ConfigMap")],
+    cluster = start(sim, tmp_path, "0.26.0",
+                    [dp_source("ConfigMap"), keyed_dp_deployment("keyed", "0.26.0", "ConfigMap")],
                     busy_engines={2: 1000}, metrics_fail_first=1000)
     code, det, err = cluster.run_json("detect", "-n", NS)
     assert "data-parallel size read from the container's ConfigMap env: --data-parallel-size 4" in det[0]["notes"]

@@ -4,14 +4,20 @@ A pod of the simulated cluster whose container runs one of these servers runs it
 bubblewrap sandbox with the pod's filesystem view (tests/sim/sandbox.py ``pod_view_argv``: its
 ConfigMaps, Secrets, emptyDirs and PVCs at their mount paths, its /dev/shm), the container's
 resolved environment, and the pod's hosts file at /etc/hosts (tests/sim/network.py), while
-sharing the machine's network so that it can listen on its pod address:
+sharing the machine's network so that it can listen on its pod address. Per peer (``LIST``):
 
-| peer (``LIST``) | container recognised by | what runs |
-|---|---|---|
-| ``redis`` | ``redis-server`` in the argv, or a ``redis``/``valkey`` image without command | Debian's ``redis-server`` with the container's args, plus ``--bind POD_IP --protected-mode no`` |
-| ``mooncake`` | ``mooncake_master`` / ``mooncake_client`` | the venv's binary; ``--rpc_address``/``--host`` = POD_IP; the HTTP metadata server, which binds 0.0.0.0 whatever the flags say, gets a free port and the manifest's port is relayed to it from POD_IP |
-| ``lmcache`` | ``lmcache_controller``, ``-m lmcache.v1.standalone`` (a worker without vLLM), ``lmcache server`` (the MP server) | the command as written, with the LMCache venv first on PATH |
-| ``vllm`` | the vLLM container (tests/sim/podspecs.py ``is_vllm_container``) | vLLM's CPU build serving the tiny model (tests/peers/tinymodel.py) with ``--load-format dummy`` under the manifest's served model name(s) and port |
+- ``redis``: a container with ``redis-server`` in the argv, or a ``redis``/``valkey`` image
+  without command, runs Debian's ``redis-server`` with the container's args, plus
+  ``--bind POD_IP --protected-mode no``.
+- ``mooncake``: ``mooncake_master`` / ``mooncake_client`` run the venv's binary;
+  ``--rpc_address``/``--host`` = POD_IP; the HTTP metadata server, which binds 0.0.0.0 whatever
+  the flags say, gets a free port and the manifest's port is relayed to it from POD_IP.
+- ``lmcache``: ``lmcache_controller``, ``-m lmcache.v1.standalone`` (a worker without vLLM),
+  ``lmcache server`` (the MP server) run the command as written, with the LMCache venv first on
+  PATH.
+- ``vllm``: the vLLM container (tests/sim/podspecs.py ``is_vllm_container``) runs vLLM's CPU
+  build serving the tiny model (tests/peers/tinymodel.py) with ``--load-format dummy`` under the
+  manifest's served model name(s) and port.
 
 ``all`` means every peer that is installed. A scenario rule may set ``real_server: true`` (or
 ``false``) for one pod instead. In a pod where another container runs a real server, a vLLM

@@ -417,8 +417,8 @@ class SimServer(ProxyHandlers, PortForwardHandler, ExecHandler, WatchHandlers, R
 
     def state(self) -> Obj:
         """``/sim/v1/state``: every pod record (deleted ones too), the request counts,
-        ``api_errors`` (error answers per verb, resource, code and reason), ``tls_handshakes`` (client connections whose TLS handshake completed, WebSockets
-        included), and
+        ``api_errors`` (error answers per verb, resource, code and reason), ``tls_handshakes``
+        (client connections whose TLS handshake completed, WebSockets included), and
         ``faults``: ``api`` (per ``faults.api`` rule: matched, fired), ``vllm_failed``,
         ``tokens_expired`` (401s of used-up tokens) and ``pods`` (pod uid -> what its faults
         did: ``deleted_on_reset``, ``refused_calls``, ``hung_calls``, ``cut_execs``...)."""

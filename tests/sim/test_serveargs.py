@@ -6,7 +6,13 @@ import pytest
 
 from tests.sim.connectorinfo import ConnectorInfo, read_connectors
 from tests.sim.images import image_entrypoint, image_vllm_version, is_sidecar_image
-from tests.sim.serveargs import container_argv, expand_human_numbers, expand_k8s_vars, human_readable_int, parse_vllm_argv
+from tests.sim.serveargs import (
+    container_argv,
+    expand_human_numbers,
+    expand_k8s_vars,
+    human_readable_int,
+    parse_vllm_argv,
+)
 from tests.sim.sidecarargs import parse_sidecar_args
 
 

@@ -22,8 +22,7 @@ from kubectl_kvreset.devmode import (
     read_template_dev_modes,
     vllm_accepts,
 )
-from tests.sim.apierrors import ApiError
-from tests.sim.patches import json_patch
+from tests.sim.store import ApiError, json_patch
 
 from .llmd_fixtures import fixture_path
 

@@ -27,7 +27,7 @@ from kubectl_kvreset.rollout import (
     set_dev_mode,
     wait_rollout,
 )
-from tests.sim.patches import json_patch
+from tests.sim.store import json_patch
 
 # ---- kubectl's Deployment rule ----
 
