@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .engines.vllm.servecmd import ServeCommandError, parse_container
 from .pods import DEV_MODE_ENV, pod_env
-from .servecmd import ServeCommandError, parse_container
 
 __all__ = [
     "DEV_MODE_ENV",
@@ -44,6 +44,7 @@ __all__ = [
     "find_vllm_containers",
     "managing_controllers",
     "owner_templates",
+    "pod_as_owner",
     "read_template_dev_mode",
     "read_template_dev_modes",
     "vllm_accepts",
@@ -184,9 +185,17 @@ def owner_templates(obj: Mapping[str, Any]) -> list[TemplateRef]:
     return []
 
 
+def pod_as_owner(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A pod (as the API returns it) shaped as a Deployment whose one template is the pod's
+    ``metadata`` and ``spec``, so that :func:`owner_templates` and the readers read a pod's
+    containers as they read an owner's template (label ``template``)."""
+    return {"kind": "Deployment", "spec": {"template": {"metadata": pod.get("metadata") or {},
+                                                        "spec": pod.get("spec") or {}}}}
+
+
 def find_vllm_containers(template: Mapping[str, Any]) -> list[VllmContainer]:
     """Every container of a pod template that runs a vLLM API server, in spec order, by the
-    rule discovery uses for pods (:func:`kubectl_kvreset.servecmd.parse_container` reads its
+    rule discovery uses for pods (:func:`kubectl_kvreset.engines.vllm.servecmd.parse_container` reads its
     command, args and literal env); never assumed to be ``containers[0]``. A pod may run two
     (two models side by side): each reads its own ``VLLM_SERVER_DEV_MODE``, and one that vLLM
     refuses crash-loops on its own. Empty when there is none."""
@@ -209,7 +218,8 @@ def find_vllm_container(template: Mapping[str, Any]) -> VllmContainer | None:
 
 
 def _named(container: Mapping[str, Any]) -> list[int]:
-    return [i for i, e in enumerate(container.get("env") or []) if isinstance(e, Mapping) and e.get("name") == DEV_MODE_ENV]
+    return [i for i, e in enumerate(container.get("env") or [])
+            if isinstance(e, Mapping) and e.get("name") == DEV_MODE_ENV]
 
 
 def _reading(label: str, container: str, value: str | None, source: str | None, *,
@@ -447,7 +457,8 @@ def managing_controllers(obj: Mapping[str, Any]) -> list[Manager]:
         out.append(Manager(kind, name, how, True))
     seen_tools: set[str] = set()
     for where, marks in (("label", labels), ("annotation", annotations)):
-        for key, value in sorted(marks.items(), key=lambda kv: not kv[0].endswith(("/name", "/tracking-id", "/instance"))):
+        named_first = sorted(marks.items(), key=lambda kv: not kv[0].endswith(("/name", "/tracking-id", "/instance")))
+        for key, value in named_first:
             tool = next((t for prefix, t in _GITOPS_MARKERS if key.startswith(prefix) or f".{prefix}" in key), None)
             if tool is None or tool in seen_tools:
                 continue

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from .configfile import ConfigFileError, decode_key, locate
+from .engines.vllm.configfile import ConfigFileError, decode_key, locate
 from .kube import Kube, KubeApiError, KubeConnectionError
 from .otherpods import OtherPod, describe_other_containers
 from .pods import (
@@ -51,7 +51,7 @@ _D = TypeVar("_D", VllmPod, OtherPod)
 
 class ConfigFiles:
     """Reads pods' ``--config`` files through the API: the ConfigMap or Secret key mounted at the
-    path (:func:`kubectl_kvreset.configfile.locate`), each object fetched once per run.
+    path (:func:`kubectl_kvreset.engines.vllm.configfile.locate`), each object fetched once per run.
 
     RBAC: ``get`` on ``configmaps`` / ``secrets`` in the pod's namespace. Use an instance as the
     ``config_reader`` of :func:`~kubectl_kvreset.pods.describe_pod`.

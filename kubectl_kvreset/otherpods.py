@@ -4,7 +4,7 @@ frozen dataclasses out.
 
 They are found so that no such pod stays warm without a word: ``detect`` lists them and
 ``clear`` gives each a row ``left`` with the restart that would empty it. The command is read as
-vLLM's is (:mod:`kubectl_kvreset.servecmd`: Kubernetes ``$(VAR)`` expansion, the image's
+vLLM's is (:mod:`kubectl_kvreset.engines.vllm.servecmd`: Kubernetes ``$(VAR)`` expansion, the image's
 entrypoint, ``bash -c`` scripts read by :class:`~kubectl_kvreset.shellscript.Shell`), so a word
 that merely mentions an engine (an env value, an image name, an ``echo``) is not a server.
 
@@ -33,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .engines.vllm.servecmd import ServeCommandError, kubernetes_expand, parse_container, python_module
 from .pods import Owner, Targets, _is_ready, _sidecar, parse_owner_ref, pod_env, pod_owner, pod_role
-from .servecmd import ServeCommandError, kubernetes_expand, parse_container, python_module
 from .shellscript import Shell, ShellScriptError
 
 __all__ = ["ENGINE_NAMES", "LMCACHE_SERVER", "OtherPod", "describe_other_containers", "other_entrypoint",

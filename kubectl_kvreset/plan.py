@@ -16,14 +16,12 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from kubectl_kvreset.tiers import (
+from kubectl_kvreset.engines.vllm.kvconfig import (
     LMCACHE_MP_CONNECTOR,
     LMCACHE_MP_UPSTREAM,
     MOONCAKE_STORE_CONNECTOR,
-    KVLayout,
-    Tier,
-    TierKind,
 )
+from kubectl_kvreset.tiers import KVLayout, Tier, TierKind
 
 __all__ = [
     "DISRUPTIVE_STEPS",
@@ -374,7 +372,7 @@ def api_reset_effects(
     """For each tier of ``layout``, whether the API reset empties it on ``version``.
 
     Args:
-        layout: the server's tiers (:func:`kubectl_kvreset.tiers.layout_from_serve`).
+        layout: the server's tiers (:func:`kubectl_kvreset.engines.vllm.kvconfig.layout_from_serve`).
         version: the server's vLLM version; None (unknown, ``dev``, a fork) = oldest behaviour.
         reset_external: whether the reset is sent with ``reset_external=true``.
         rules: the rule table (default :data:`RESET_RULES`).

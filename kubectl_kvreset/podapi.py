@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from enum import Enum
 from urllib.parse import urlencode
 
+from .engines.vllm.api import ResetAnswer, ResetOutcome, read_reset_answer, version_from_body
 from .kube import (
     ExecResult,
     HttpAnswer,
@@ -40,7 +41,6 @@ from .kube import (
     status_message,
 )
 from .permissions import Permission, from_forbidden
-from .vllm_api import ResetAnswer, ResetOutcome, read_reset_answer, version_from_body
 
 VERSION_TIMEOUT_S = 10.0
 METRICS_TIMEOUT_S = 15.0

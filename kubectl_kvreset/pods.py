@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .servecmd import ConfigReader, ServeCommandError, ServeConfig, parse_container
-from .tiers import LMCACHE_CONNECTORS, KVLayout, layout_from_serve
+from .engines.vllm.kvconfig import LMCACHE_CONNECTORS, layout_from_serve
+from .engines.vllm.servecmd import ConfigReader, ServeCommandError, ServeConfig, parse_container
+from .tiers import KVLayout
 
 #: Pod labels by which llm-d and its neighbours mark vLLM server pods, per era
 #: (llm-d ``guides/**``, llm-d-modelservice ``_helpers.tpl``, KServe ``workload_single_node.go``).
@@ -333,7 +334,7 @@ def _sidecar_ports(sidecar: Mapping[str, Any]) -> dict[int, int]:
 
 
 #: Reads a container's ``--config`` file: ``(pod, container, path) -> (yaml_text, where)``
-#: (see :data:`kubectl_kvreset.servecmd.ConfigReader`).
+#: (see :data:`kubectl_kvreset.engines.vllm.servecmd.ConfigReader`).
 PodConfigReader = Callable[[Mapping[str, Any], Mapping[str, Any], str], "tuple[str, str]"]
 
 
@@ -360,7 +361,7 @@ def describe_pod_containers(pod: Mapping[str, Any], rs_owners: Mapping[str, Owne
                             config_reader: PodConfigReader | None = None) -> list[VllmPod]:
     """One :class:`VllmPod` per vLLM server container of ``pod`` (spec order; empty when none).
 
-    A vLLM container is one whose command line :func:`~kubectl_kvreset.servecmd.parse_container`
+    A vLLM container is one whose command line :func:`~kubectl_kvreset.engines.vllm.servecmd.parse_container`
     reads as ``vllm serve`` or the OpenAI API server module (never assumed to be
     ``containers[0]``); a pod with two (two models side by side, a canary) gives two, each
     with its own ports and state. A container whose command cannot be parsed (bad JSON in a

@@ -44,7 +44,11 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["ARGV_KEYS", "MASK", "is_secret_flag", "is_secret_name", "redact_argv", "redact_text", "redact_traceback", "redact_url", "redact_value"]
+__all__ = [
+    "ARGV_KEYS", "MASK",
+    "is_secret_flag", "is_secret_name",
+    "redact_argv", "redact_text", "redact_traceback", "redact_url", "redact_value",
+]
 
 #: What a secret is replaced by.
 MASK = "***"
@@ -141,7 +145,8 @@ _ATTACHED_A_IN_TEXT = re.compile(
 # object's (DOCKER_AUTH_CONFIG={...}) to the last "}" of the line
 _ASSIGN_IN_TEXT = re.compile(
     r"(?P<q>[\"']?)(?P<name>(?<![\w.-])[\w.-]*" + _SECRET_WORD + r"[\w.-]*)(?P=q)(?P<sep>\s*[:=]\s*)"
-    r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|\[[^\]]*\]|\{[^\r\n]*\}|(?P<word>[^\s,;&#'\"}\])]+)(?P<more>[^\r\n,;'\"]*))", re.I)
+    r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|\[[^\]]*\]|\{[^\r\n]*\}|"
+    r"(?P<word>[^\s,;&#'\"}\])]+)(?P<more>[^\r\n,;'\"]*))", re.I)
 
 
 def is_secret_name(name: str) -> bool:
@@ -269,9 +274,10 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
     redacted field by field (``--kv-transfer-config '{...}'``), and every other argument
     redacted as text (URLs, ``NAME=value``, a ``sh -c`` script). Every value up to the next flag
     is masked: vLLM's ``--api-key`` takes several (``api_key: list[str] | None`` in vLLM 0.32's
-    ``vllm/entrypoints/launchers/cli_args.py``, ``openai/cli_args.py`` before; a ``--config`` file's ``api-key: [a, b]`` becomes
-    ``--api-key a b``), and a flag this module does not know may too. A secret-named flag
-    followed by another flag, or last, is a boolean and stays as it is."""
+    ``vllm/entrypoints/launchers/cli_args.py``, ``openai/cli_args.py`` before; a ``--config``
+    file's ``api-key: [a, b]`` becomes ``--api-key a b``), and a flag this module does not know
+    may too. A secret-named flag followed by another flag, or last, is a boolean and stays as it
+    is."""
     out: list[str] = []
     masking = single = userpass = redis_cli = False
     for raw in argv:

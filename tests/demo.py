@@ -41,8 +41,10 @@ def main() -> int:
         for args in (["detect", "-n", "llm-d-demo"],
                      ["clear", "-n", "llm-d-demo", "--all", "--yes"],
                      ["metrics", "-n", "llm-d-demo"]):
-            print(f"\n$ {' '.join(base[:2] if base[0] == 'kubectl' else ['kubectl-kvreset'])} {' '.join(args)}", flush=True)
-            done = subprocess.run(base + args, env=env, stdin=subprocess.DEVNULL, text=True, capture_output=True, timeout=300)
+            print(f"\n$ {' '.join(base[:2] if base[0] == 'kubectl' else ['kubectl-kvreset'])} {' '.join(args)}",
+                  flush=True)
+            done = subprocess.run(base + args, env=env, stdin=subprocess.DEVNULL, text=True, capture_output=True,
+                                  timeout=300)
             sys.stdout.write(done.stdout)
             sys.stderr.write(done.stderr)
             print(f"(exit {done.returncode})", flush=True)

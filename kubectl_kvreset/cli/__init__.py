@@ -33,7 +33,8 @@ class LazyGroup(click.Group):
         command: click.Command = module.command
         return command
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
         """The sub-command and its arguments; an unknown name is a usage error that names the
         closest commands (cobra's "Did you mean this?"); a bare ``--dry-run`` is read as
         ``--dry-run=client`` (:func:`.outputflags.bare_dry_run`)."""
@@ -86,8 +87,8 @@ def cli(ctx: click.Context, /, **_kube_flags: Any) -> None:
     (llm-d, KServe, plain vLLM), so the next benchmark or debugging run starts cold.
 
     kubectl's global flags (`kubectl kvreset options` lists them) are accepted before the
-    sub-command too, with the same meaning: `kubectl kvreset -n NS clear --all`. Given on both sides, the value after the
-    sub-command wins (--as-group adds up; -A wins over -n)."""
+    sub-command too, with the same meaning: `kubectl kvreset -n NS clear --all`. Given on
+    both sides, the value after the sub-command wins (--as-group adds up; -A wins over -n)."""
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
         ctx.exit(0)

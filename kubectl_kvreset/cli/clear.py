@@ -79,7 +79,8 @@ def dev_mode_on(pod: VllmPod) -> bool | None:
                    "reset leaves, or dev mode off): restart the owner, or turn dev mode on (a rollout). "
                    "Default: none, except that a terminal offers the choice.")
 @rollout_timeout_option("How long to wait for a restart or dev-mode rollout to complete.")
-@model_only_option("clear-fs step: delete only the targets' models' directories in an FS tier (by vLLM's config.json record).")
+@model_only_option("clear-fs step: delete only the targets' models' directories in an FS tier "
+                   "(by vLLM's config.json record).")
 @whole_tier_option
 @shared_option
 @force_mp_option

@@ -48,7 +48,8 @@ __all__ = ["FsReport", "columns", "command", "fs_row", "row_code", "shown"]
     ),
 )
 @target_options
-@model_only_option("Delete only the targets' models' directories (<model>_<hash12>[_r<N>] whose config.json records the model; never by --served-model-name).")
+@model_only_option("Delete only the targets' models' directories (<model>_<hash12>[_r<N>] whose config.json "
+                   "records the model; never by --served-model-name).")
 @whole_tier_option
 @click.option("--shared-stores", "shared", is_flag=True,
               help="Also delete a target model's directories on a volume where pods outside the targets serve "

@@ -61,7 +61,15 @@ def command(**params: Any) -> None:
     """
     from ..kube import parse_duration
     from ..report import Column, ExitCode, Report
-    from ..rollout import NOT_STARTED, DevModeResult, dev_mode_changes, read_dev_mode, role_phases, run_phased, set_dev_mode
+    from ..rollout import (
+        NOT_STARTED,
+        DevModeResult,
+        dev_mode_changes,
+        read_dev_mode,
+        role_phases,
+        run_phased,
+        set_dev_mode,
+    )
     from .context import complete, exit_if_empty, nothing_found, say_where
 
     if params["enable"] and params["disable"]:
@@ -152,7 +160,8 @@ def _report(report: Any, results: list[Any], output: str) -> None:
             info(f"error: {res.namespace}/{res.owner.ref()}: {res.result}: {res.message}")
     for res in results:
         if res.result in ("enabled", "disabled") and res.managers:
-            info(f"warning: {res.namespace}/{res.owner.ref()} is managed by {', '.join(m.describe() for m in res.managers)}: "
+            info(f"warning: {res.namespace}/{res.owner.ref()} is managed by "
+                 f"{', '.join(m.describe() for m in res.managers)}: "
                  "its next sync or upgrade may revert this change")
     rolled = [r for r in results if r.result == "enabled"]  # patched, rollout waited for and complete
     unwaited = [r for r in results if r.result == "interrupted" and r.requested and r.action == "enable"]

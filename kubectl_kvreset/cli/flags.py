@@ -59,7 +59,8 @@ def global_flags_help(width: int = 100) -> str:
 def _kube_options(*, hidden: bool) -> list[Callable[[Any], Any]]:
     """The decorators of the global flags; ``hidden`` for all but ``-n``/``-A``."""
     opts = [
-        click.option("--kubeconfig", metavar="PATH", help="Path to the kubeconfig file (default: KUBECONFIG, then ~/.kube/config)."),
+        click.option("--kubeconfig", metavar="PATH",
+                     help="Path to the kubeconfig file (default: KUBECONFIG, then ~/.kube/config)."),
         click.option("--context", metavar="NAME", help="The kubeconfig context to use."),
         click.option("--cluster", metavar="NAME", help="The kubeconfig cluster to use."),
         click.option("--user", metavar="NAME", help="The kubeconfig user to use."),
@@ -72,8 +73,10 @@ def _kube_options(*, hidden: bool) -> list[Callable[[Any], Any]]:
         click.option("--request-timeout", metavar="DURATION", default=None,
                      help="Bound on each API request, e.g. 30s, 1m; 0 for none. [default: 30s]"),
         click.option("--as", "as_user", metavar="USER", help="Username to impersonate."),
-        click.option("--as-group", "as_group", metavar="GROUP", multiple=True, help="Group to impersonate (repeatable)."),
-        click.option("-v", "--v", "verbosity", type=int, default=0, metavar="N", help="Log level (details on stderr; tokens redacted)."),
+        click.option("--as-group", "as_group", metavar="GROUP", multiple=True,
+                     help="Group to impersonate (repeatable)."),
+        click.option("-v", "--v", "verbosity", type=int, default=0, metavar="N",
+                     help="Log level (details on stderr; tokens redacted)."),
     ]
     shown = ("--namespace", "--all-namespaces")
     return [opt if not hidden or any(s in _decls(opt) for s in shown) else _hidden(opt) for opt in opts]

@@ -25,7 +25,11 @@ from .outputflags import bare_dry_run, dry_run_option, no_headers, output_option
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["EXIT_CODES_HELP", "EXIT_CODES_READ", "EXIT_CODES_ROLLOUT", "NOT_RUN", "NotRun", "bare_dry_run", "dry_run_option", "flags_from", "kube_flags", "output_option"]
+__all__ = [
+    "EXIT_CODES_HELP", "EXIT_CODES_READ", "EXIT_CODES_ROLLOUT", "NOT_RUN",
+    "NotRun",
+    "bare_dry_run", "dry_run_option", "flags_from", "kube_flags", "output_option",
+]
 T = TypeVar("T")
 R = TypeVar("R")
 

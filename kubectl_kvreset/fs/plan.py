@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..consent import User, hold, kept, unlisted_user
+from ..engines.vllm.servecmd import known_model, unevaluated_in
 from ..pods import describe_pod_containers
-from ..servecmd import known_model, unevaluated_in
 from .roots import FS_TIER_TYPES, _under, check_root
 from .target import ExecChoice, FsVolumeTarget, held_message, unknown_model_message, unknown_model_reason
 from .volumes import CROSS_NAMESPACE_KINDS, Claims, fs_roots, may_share, model_dir_prefixes, pod_mounts

@@ -50,7 +50,7 @@ class FsVolumeTarget:
             the command line not evaluated, :attr:`kubectl_kvreset.tiers.Tier.unevaluated`):
             nothing is deleted and the tier is reported ``left``; None otherwise.
         model_unknown: with ``model_only``: why the name vLLM gives a target's model directories
-            is not known (:attr:`kubectl_kvreset.servecmd.ServeConfig.model_unknown`): nothing is
+            is not known (:attr:`kubectl_kvreset.engines.vllm.servecmd.ServeConfig.model_unknown`): nothing is
             deleted and the tier is reported ``left``; None otherwise.
         unknown_models: with ``model_only``: the targeted pods (``name: why``) whose model is
             not known, so a per-model deletion cannot select their directories. With no model

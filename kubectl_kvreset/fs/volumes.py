@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..servecmd import known_model
+from ..engines.vllm.servecmd import known_model
 from .roots import _MODEL_DIR_NAME, FS_TIER_TYPES, MountedVolume, RootRefused, _overlaps, normalise_root
 
 if TYPE_CHECKING:

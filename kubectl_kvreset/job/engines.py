@@ -6,9 +6,9 @@ for the count alone. Everything else the pod spec says stays as discovery read i
 
 ConfigMaps are read first; a Secret only where the ConfigMaps do not settle the count and the
 API lets the user read it (``get`` on ``secrets``, as the store step reads them). A count read
-from a Secret is used but never written (:attr:`kubectl_kvreset.servecmd.ServeConfig.engines_secret`);
+from a Secret is used but never written (:attr:`kubectl_kvreset.engines.vllm.servecmd.ServeConfig.engines_secret`);
 the command read with the Secret's values is dropped at once. Where neither settles it, the
-reason stays in :attr:`~kubectl_kvreset.servecmd.ServeConfig.engines_unknown` with what could not
+reason stays in :attr:`~kubectl_kvreset.engines.vllm.servecmd.ServeConfig.engines_unknown` with what could not
 be read, and a reset answer of engine 0 alone is then ``unconfirmed`` (before vLLM 0.32.0).
 """
 
@@ -22,9 +22,9 @@ from dataclasses import replace
 from typing import Any
 
 from ..discovery import ConfigFiles
+from ..engines.vllm.servecmd import ServeCommandError, ServeConfig, parse_container
 from ..kube import Kube, KubeApiError, KubeConnectionError
 from ..pods import VllmPod
-from ..servecmd import ServeCommandError, ServeConfig, parse_container
 from ..stores.config import SourceLookup, resolve_env
 
 _REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)|\$\{?([A-Za-z_][A-Za-z0-9_]*)")

@@ -14,6 +14,14 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..discovery import discover_all
+from ..engines.vllm.api import (
+    EngineSplit,
+    MetricsParseError,
+    ResetOutcome,
+    parse_version,
+    reset_answers_for_every_engine,
+    split_engines,
+)
 from ..fs import plan_fs_clear, run_fs_clear, sharing_message
 from ..kube import KubeError
 from ..plan import STEP_API_RESET, STEP_CLEAR_FS, STEP_DEVMODE, STEP_RESTART
@@ -21,7 +29,6 @@ from ..podapi import PodRef, ResetResult, fetch_metrics, reset
 from ..pods import ApiPort, Owner, VllmPod
 from ..pool import Cancel, NotRun, parallel
 from ..rollout import NOT_STARTED, DevModeResult, restart_owners, run_phased, set_dev_mode
-from ..vllm_api import EngineSplit, MetricsParseError, ResetOutcome, parse_version, reset_answers_for_every_engine, split_engines
 from .fsclear import UNLISTED, FsPlan, plan_fs_shared
 from .idle import wait_idle
 from .outcome import Outcome, OwnerKey, PortKey, RunResults, build_outcome, owner_result_ok
@@ -191,7 +198,7 @@ def split_busy_engines(plan: Plan, by_port: dict[PortKey, list[ResetResult | Not
     on vLLM >= 0.32 (each engine resets on its own, the answer is their AND): read ``GET
     /metrics``, send the same reset once more, read ``/metrics`` again. A ``true`` replaces the
     port's first result (every engine emptied); otherwise the two scrapes say which engines held
-    no request around that call (:func:`~kubectl_kvreset.vllm_api.split_engines`), returned per
+    no request around that call (:func:`~kubectl_kvreset.engines.vllm.api.split_engines`), returned per
     port. Changes ``by_port`` in place; a scrape that fails leaves the port out."""
     todo: list[tuple[PodPlan, ApiPort, PortKey]] = []
     for p in plan.pods:

@@ -15,11 +15,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from ..engines.vllm.api import MetricsParseError
+from ..engines.vllm.canary import cache_counters
 from ..podapi import PodCaller, PodRef, fetch_metrics
 from ..pods import ApiPort, VllmPod
 from ..pool import Cancel, NotRun, parallel
-from ..vllm_api import MetricsParseError
-from ..vllm_canary import cache_counters
 
 __all__ = ["busy_engines", "wait_idle"]
 

@@ -1,6 +1,6 @@
 """LMCache's local disk as its ``LMCACHE_CONFIG_FILE`` names it, added to the pods' layouts.
 
-A vLLM pod's tiers are read from its spec (:func:`kubectl_kvreset.tiers.layout_from_serve`),
+A vLLM pod's tiers are read from its spec (:func:`kubectl_kvreset.engines.vllm.kvconfig.layout_from_serve`),
 which cannot read the YAML file ``LMCACHE_CONFIG_FILE`` points to. The store step reads that file
 from the ConfigMap or Secret volume that mounts it (:func:`kubectl_kvreset.stores.find.pod_config`)
 and finds the disk there (:func:`kubectl_kvreset.stores.lmcache_disk.local_disk_of`, LMCache
@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from ..engines.vllm.kvconfig import LMCACHE_CONNECTORS
 from ..kube import Kube, KubeConnectionError
 from ..pods import VllmPod
 from ..stores.find import pod_config
 from ..stores.lmcache_disk import local_disk_of
-from ..tiers import LMCACHE_CONNECTORS, KVLayout, Tier, TierKind
+from ..tiers import KVLayout, Tier, TierKind
 
 __all__ = ["with_config_file_disks"]
 

@@ -18,6 +18,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from ..consent import SHARED_FLAG
+from ..engines.vllm.api import (
+    EngineSplit,
+    ResetOutcome,
+    engine_list,
+    parse_version,
+    reset_answers_for_every_engine,
+)
 from ..fs import FsClearResult, sharing_message
 from ..podapi import ResetResult
 from ..pods import Owner
@@ -25,7 +32,6 @@ from ..pool import InFlight, NotRun
 from ..report import Column, ExitCode, Report, step_codes
 from ..rollout import DevModeResult, RestartResult
 from ..tiers import Tier, TierKind
-from ..vllm_api import EngineSplit, ResetOutcome, engine_list, parse_version, reset_answers_for_every_engine
 from .others import other_outcome_row, other_plan_row, other_skipped_row
 from .planning import Plan, PodPlan, dev_mode_on
 from .verify import planned_steps, verify_codes
@@ -116,7 +122,7 @@ class PortOutcome:
     when a restart or dev-mode rollout replaced it; the row then names the new pod, and its
     message the one it replaces (the key keeps the pod the plan was made for). ``reset_busy``:
     the reset's last answer was ``success: false`` (blocks held by running requests); ``engines_emptied``: the data-parallel
-    engines behind the port shown emptied even so (:class:`~kubectl_kvreset.vllm_api.EngineSplit`).
+    engines behind the port shown emptied even so (:class:`~kubectl_kvreset.engines.vllm.api.EngineSplit`).
     """
 
     namespace: str
@@ -555,7 +561,7 @@ def engine_zero_only(version: str | None, engines: int, port: ApiPort | None,
                      labels: tuple[str, ...] = (), *, unknown: str | None = None, secret: bool = False) -> str | None:
     """Why a successful reset answer does not confirm every data-parallel engine behind
     ``port`` (None when it does: one engine established, or a version that ANDs every engine's
-    result, :func:`~kubectl_kvreset.vllm_api.reset_answers_for_every_engine`). ``labels``: the
+    result, :func:`~kubectl_kvreset.engines.vllm.api.reset_answers_for_every_engine`). ``labels``: the
     engines' ``engine`` labels from ``/metrics`` when they gave the count (the first one, the
     lowest rank the server manages, is the one that answers; ``vllm/v1/engine/core_client.py``
     ``call_utility_async``), else ``()`` and the count is the serve flags'. ``unknown``: why
@@ -769,7 +775,8 @@ def with_lmcache_clears(plan: Plan, outcome: Outcome, cleared: dict[tuple[str, s
     """
     if not cleared:
         return outcome
-    from ..tiers import LMCACHE_CONNECTORS, TierKind
+    from ..engines.vllm.kvconfig import LMCACHE_CONNECTORS
+    from ..tiers import TierKind
 
     plans = {(p.pod.namespace, p.pod.name, p.pod.container): p for p in plan.pods}
     report = Report(outcome.report.kind, outcome.report.columns)

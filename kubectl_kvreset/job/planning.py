@@ -16,8 +16,9 @@ from dataclasses import dataclass, field, replace
 from packaging.version import Version
 
 from ..consent import User
+from ..engines.vllm.api import extra_reset_routes, reset_query
+from ..engines.vllm.liveconfig import release_version
 from ..kube import KubeApiError
-from ..liveconfig import release_version
 from ..plan import (
     DISRUPTIVE_STEPS,
     FALLBACKS,
@@ -41,7 +42,6 @@ from ..pool import NOT_RUN, Cancel, NotRun
 from ..rollout import dev_mode_changes, pod_dev_modes, source_lookup
 from ..stores.calls import SHARED_FLAG, StoreCall
 from ..tiers import KVLayout, Tier, TierKind
-from ..vllm_api import extra_reset_routes, reset_query
 from .others import OtherKey, OtherPlan, leads_to, needs_restart, other_key, other_users, plan_others
 from .probes import Probe, apply_probe, probe_pods
 from .resetconsent import ResetHold, reset_holds

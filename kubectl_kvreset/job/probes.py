@@ -2,7 +2,7 @@
 where dev mode may be on, ``GET /server_info?config_format=json`` (both at the same time), then
 ``GET /openapi.json`` for an unknown build and ``GET /metrics`` where the version answers the reset
 for engine 0 only (its ``engine`` labels count the data-parallel engines behind the port,
-:func:`~kubectl_kvreset.vllm_api.engine_labels`). Pods of one template run the same image and command,
+:func:`~kubectl_kvreset.engines.vllm.api.engine_labels`). Pods of one template run the same image and command,
 so one pod answers for all; a pod whose own answers later contradict its template's is probed
 again on its own (:func:`contradicts`).
 
@@ -15,8 +15,25 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from ..engines.vllm.api import (
+    JSON_RESET_BODY_SINCE,
+    MetricsParseError,
+    ResetOutcome,
+    engine_count,
+    engine_labels,
+    parse_version,
+    reset_answers_for_every_engine,
+)
+from ..engines.vllm.liveconfig import (
+    CONFIG_FORMAT_SINCE,
+    LiveConfig,
+    RouteSet,
+    read_openapi,
+    read_server_info,
+    reconcile,
+    release_version,
+)
 from ..kube import HttpAnswer
-from ..liveconfig import CONFIG_FORMAT_SINCE, LiveConfig, RouteSet, read_openapi, read_server_info, reconcile, release_version
 from ..podapi import (
     OPENAPI_MAX_BYTES,
     SERVER_INFO_MAX_BYTES,
@@ -29,15 +46,6 @@ from ..podapi import (
 )
 from ..pods import VllmPod
 from ..pool import Cancel, NotRun, parallel
-from ..vllm_api import (
-    JSON_RESET_BODY_SINCE,
-    MetricsParseError,
-    ResetOutcome,
-    engine_count,
-    engine_labels,
-    parse_version,
-    reset_answers_for_every_engine,
-)
 
 #: Pod labels that name a pod template: a Deployment's ReplicaSet, a StatefulSet's or
 #: DaemonSet's ControllerRevision, a LeaderWorkerSet's template revision.
@@ -103,7 +111,7 @@ def _openapi(caller: PodCaller, pod: VllmPod) -> RouteSet | None:
 def needs_engine_labels(version: str | None) -> bool:
     """True when a reset answer of this version may speak for engine 0 only, so the engine
     count behind the port decides whether it confirms the reset
-    (:func:`~kubectl_kvreset.vllm_api.reset_answers_for_every_engine`)."""
+    (:func:`~kubectl_kvreset.engines.vllm.api.reset_answers_for_every_engine`)."""
     return not reset_answers_for_every_engine(parse_version(version))
 
 
@@ -124,7 +132,7 @@ def probe_pods(caller: PodCaller, pods: Sequence[VllmPod], max_concurrency: int,
     """Probe one pod per template (:func:`template_key`) and give each pod its template's
     :class:`Probe` (same order as ``pods``). ``/version`` and ``/server_info`` go out at the
     same time (``/server_info`` only where ``dev_mode_on`` is not False); ``/openapi.json``
-    follows for a template whose build is unknown (:func:`~kubectl_kvreset.liveconfig.release_version`).
+    follows for a template whose build is unknown (:func:`~kubectl_kvreset.engines.vllm.liveconfig.release_version`).
     ``/metrics`` (retried as the ``metrics`` command reads it,
     :func:`~kubectl_kvreset.podapi.fetch_metrics`) follows for a template whose version answers the reset for
     engine 0 only (:func:`needs_engine_labels`) and whose dev mode may be on.
@@ -205,10 +213,10 @@ def probe_templates(caller: PodCaller, firsts: dict[tuple[str, ...], VllmPod], m
 def apply_probe(pod: VllmPod, probe: Probe | NotRun) -> VllmPod:
     """The pod as the running server describes it: its version, the live connectors and
     tiers where ``/server_info`` was read (the live answer wins; a disagreement becomes a note,
-    :func:`~kubectl_kvreset.liveconfig.reconcile`), and the data-parallel engine count where
+    :func:`~kubectl_kvreset.engines.vllm.liveconfig.reconcile`), and the data-parallel engine count where
     ``/metrics`` was read (its ``engine`` labels win over the serve flags; a disagreement, or a
     ``/metrics`` that could not be read, is noted, and a count neither source establishes stays
-    in ``serve.engines_unknown``, :func:`~kubectl_kvreset.vllm_api.engine_count`)."""
+    in ``serve.engines_unknown``, :func:`~kubectl_kvreset.engines.vllm.api.engine_count`)."""
     if isinstance(probe, NotRun):
         return pod
     notes = list(pod.notes)

@@ -4,7 +4,8 @@ line prints it."""
 
 from __future__ import annotations
 
-from ..imagever import version_mismatch
+from ..engines.vllm.api import EngineMetrics, MetricsParseError, parse_metrics
+from ..engines.vllm.imagever import version_mismatch
 from ..otherpods import OtherPod, unsupported_reason
 from ..podapi import ReadAnswer, fetch_metrics
 from ..pods import ApiPort, VllmPod
@@ -12,7 +13,6 @@ from ..podstate import metrics_500_hint
 from ..pool import Cancel, NotRun, parallel
 from ..report import Column, ExitCode, Report, fold_ports
 from ..rollout import pod_dev_modes
-from ..vllm_api import EngineMetrics, MetricsParseError, parse_metrics
 from .planning import crash_dev_modes, dev_mode_on, pod_not_running
 from .probes import apply_probe, probe_pods
 from .scope import Scope
@@ -141,7 +141,7 @@ def error_lines(report: Report) -> list[str]:
 
 def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None) -> Report:
     """The ``EngineMetrics`` report: one row per pod, port and engine of ``GET /metrics``
-    (parsed by :func:`kubectl_kvreset.vllm_api.parse_metrics`); a port that could not be read
+    (parsed by :func:`kubectl_kvreset.engines.vllm.api.parse_metrics`); a port that could not be read
     or parsed gets one row with the error and exit code 1, as does a pod whose port is set in a
     ``--config`` file that could not be read. A crash-looping pod whose ``VLLM_SERVER_DEV_MODE``
     comes from a ConfigMap or Secret costs one GET per such object

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..consent import hold
-from ..liveconfig import release_version
+from ..engines.vllm.liveconfig import release_version
 from ..plan import NEWEST_KNOWN, STORE_WIDE_HOOKS, StoreWideHook, store_wide_hook
 from ..pods import VllmPod
 from ..stores.calls import StoreCall, store_users, user_names

@@ -35,16 +35,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..consent import Hold, User, hold, kept, unlisted_user
+from ..engines.vllm.kvconfig import LMCACHE_CONNECTORS
+from ..engines.vllm.servecmd import known_model, unevaluated_in
 from ..fs import CROSS_NAMESPACE_KINDS, Claims, ExecChoice, check_root, may_share, pod_claims, pod_mounts, python_argv
 from ..kube import Kube, KubeApiError, KubeConnectionError
 from ..pods import VllmPod, describe_pod
-from ..servecmd import known_model, unevaluated_in
 from ..stores.calls import SHARED_FLAG
 from ..stores.clear import StoreResult
 from ..stores.find import pod_config
 from ..stores.lmcache_disk import DISK_SUFFIX, LocalDisk, file_prefix, local_disk_of
 from ..stores.lmcachekey import disk_name_regex, may_write_as
-from ..tiers import LMCACHE_CONNECTORS
 from .fsclear import read_claims
 
 __all__ = ["DiskCall", "disk_row", "plan_disks", "run_disk"]

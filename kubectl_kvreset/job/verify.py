@@ -16,7 +16,7 @@ before the seeds is the control's baseline: a seed's fresh salt adds no hit.
 The measurement is ``usage.prompt_tokens_details.cached_tokens`` where the server returns it
 (``--enable-prompt-tokens-details``), else the engine's deltas of ``vllm:prefix_cache_hits``
 and ``vllm:external_prefix_cache_hits`` around the probe; ``vllm:prompt_tokens_cached_by_source``
-splits them by source (:data:`~kubectl_kvreset.vllm_canary.SOURCE_TIERS`). The counters rise by
+splits them by source (:data:`~kubectl_kvreset.engines.vllm.canary.SOURCE_TIERS`). The counters rise by
 exactly ``cached_tokens`` (seen on vLLM 0.32.0's CPU build); a queries delta larger than the
 probe's prompt means other requests reached the engine and is noted.
 
@@ -33,16 +33,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
+from ..engines.vllm.api import MetricsParseError, read_reset_answer
+from ..engines.vllm.canary import (
+    SOURCE_TIERS,
+    CacheCounters,
+    cache_counters,
+    cached_tokens,
+    canary_body,
+    canary_tokens,
+    valid_salt,
+)
 from ..kube import HttpAnswer
 from ..plan import STEP_API_RESET, STEP_CLEAR_FS, STEP_DEVMODE, STEP_RESTART
 from ..podapi import PodCaller, PodRef, fetch_metrics, post_json, reset
 from ..pods import ApiPort, VllmPod
 from ..pool import Cancel, parallel
-from ..vllm_api import (
-    MetricsParseError,
-    read_reset_answer,
-)
-from ..vllm_canary import SOURCE_TIERS, CacheCounters, cache_counters, cached_tokens, canary_body, canary_tokens, valid_salt
 
 if TYPE_CHECKING:
     from .planning import Plan, PodPlan

@@ -271,7 +271,8 @@ class Kube:
             limit = f"{bound:g} s (--request-timeout)" if bound else "30 s (connect)"
             raise KubeConnectionError(f"{method} {path}: no answer from {self.host} within {limit}") from exc
         except (OSError, http.client.HTTPException) as exc:
-            raise KubeConnectionError(f"cannot reach the API server at {self.host}: {_short(exc) or type(exc).__name__}") from exc
+            raise KubeConnectionError(
+                f"cannot reach the API server at {self.host}: {_short(exc) or type(exc).__name__}") from exc
 
     def _send_urllib3(self, method: str, path: str, url: str, body: bytes | None, headers: dict[str, str],
                       bound: float | None, max_bytes: int | None = None) -> tuple[int, dict[str, str], bytes]:
@@ -324,11 +325,13 @@ class Kube:
     def _decode(answer: HttpAnswer, method: str, path: str) -> dict[str, Any]:
         if answer.status >= 300:
             reason, message = status_message(answer.body)
-            raise KubeApiError(answer.status, reason or _http_reason(answer.status), message or f"{method} {path}", answer.body)
+            raise KubeApiError(answer.status, reason or _http_reason(answer.status), message or f"{method} {path}",
+                               answer.body)
         try:
             doc = json.loads(answer.body)
         except ValueError as exc:
-            raise KubeApiError(answer.status, "BadResponse", f"{method} {path}: answer is not JSON", answer.body) from exc
+            raise KubeApiError(answer.status, "BadResponse", f"{method} {path}: answer is not JSON",
+                               answer.body) from exc
         if not isinstance(doc, dict):
             raise KubeApiError(answer.status, "BadResponse", f"{method} {path}: answer is not an object", answer.body)
         return doc
@@ -372,8 +375,9 @@ class Kube:
 
         ``path`` starts with ``/`` (e.g. ``/reset_prefix_cache``); ``query`` is sent as the
         proxied request's query string; ``body`` with ``content_type`` (the API server passes
-        the header on: a FastAPI server needs ``application/json`` to read a JSON body). URL form ``/api/v1/namespaces/NS/pods/[https:]POD:PORT/proxy/PATH``
-        (kubernetes PR #14876). The answer is the pod's own unless ``from_apiserver``.
+        the header on: a FastAPI server needs ``application/json`` to read a JSON body). URL form
+        ``/api/v1/namespaces/NS/pods/[https:]POD:PORT/proxy/PATH`` (kubernetes PR #14876). The
+        answer is the pod's own unless ``from_apiserver``.
         RBAC: ``create`` on ``pods/proxy`` for POST, ``get`` for GET, ``delete`` for DELETE.
         ``max_bytes`` caps the answer read (default :data:`POD_ANSWER_MAX_BYTES`).
 
@@ -412,8 +416,8 @@ class Kube:
         (WebSocket ``v4.channel.k8s.io``, as :meth:`port_forward_http`): one end of a
         ``socket.socketpair()``, the other end pumped to and from the stream by one daemon
         thread (:class:`ForwardLoop`: one ``selectors`` loop per stream, so the TLS connection is
-        never used by two threads at once). Any client library that takes a socket (a RESP client, TLS wrapping) works on
-        it; closing it ends the stream. ``timeout_s`` bounds the upgrade only.
+        never used by two threads at once). Any client library that takes a socket (a RESP client,
+        TLS wrapping) works on it; closing it ends the stream. ``timeout_s`` bounds the upgrade only.
 
         RBAC: ``get`` and ``create`` on ``pods/portforward``.
 

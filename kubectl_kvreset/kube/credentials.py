@@ -66,7 +66,8 @@ def exec_info(exec_cfg: Mapping[str, Any], cluster: Mapping[str, Any], interacti
     spec: dict[str, Any] = {"interactive": interactive}
     if exec_cfg.get("provideClusterInfo"):
         info: dict[str, Any] = {"server": cluster.get("server", "")}
-        for src, dst in (("tls-server-name", "tls-server-name"), ("insecure-skip-tls-verify", "insecure-skip-tls-verify"),
+        for src, dst in (("tls-server-name", "tls-server-name"),
+                         ("insecure-skip-tls-verify", "insecure-skip-tls-verify"),
                          ("certificate-authority-data", "certificate-authority-data"), ("proxy-url", "proxy-url"),
                          ("disable-compression", "disable-compression")):
             if cluster.get(src) not in (None, ""):
@@ -151,7 +152,8 @@ def run_exec_plugin(exec_cfg: Mapping[str, Any], cluster: Mapping[str, Any], *, 
     if not command:
         raise ExecPluginError("exec: the kubeconfig names no command")
     if api_version not in EXEC_API_VERSIONS:
-        raise ExecPluginError(f"exec: apiVersion {api_version!r} is not supported; use one of {', '.join(EXEC_API_VERSIONS)}")
+        raise ExecPluginError(f"exec: apiVersion {api_version!r} is not supported; "
+                              f"use one of {', '.join(EXEC_API_VERSIONS)}")
     mode = str(exec_cfg.get("interactiveMode") or "IfAvailable")
     terminal = bool(sys.stdin is not None and hasattr(sys.stdin, "isatty") and sys.stdin.isatty())
     interactive = mode != "Never" and terminal
@@ -173,7 +175,8 @@ def run_exec_plugin(exec_cfg: Mapping[str, Any], cluster: Mapping[str, Any], *, 
                                 stderr=None if interactive else subprocess.PIPE,
                                 start_new_session=True, preexec_fn=_die_with_parent())
     except OSError as exc:
-        raise ExecPluginError(f"exec: executable {command} could not start: {exc.strerror or type(exc).__name__}") from exc
+        raise ExecPluginError(
+            f"exec: executable {command} could not start: {exc.strerror or type(exc).__name__}") from exc
     readers = _ExecReaders(proc)
     try:
         with _on_sigterm_raise():

@@ -137,7 +137,8 @@ def apply_overrides(cfg: dict[str, Any], flags: KubeFlags) -> tuple[dict[str, An
     if ctx_name:
         found = _find(cfg, "contexts", ctx_name)
         if found is None:
-            raise KubeConfigError(f'context "{ctx_name}" does not exist in the kubeconfig (see kubectl config get-contexts)')
+            raise KubeConfigError(f'context "{ctx_name}" does not exist in the kubeconfig '
+                                  '(see kubectl config get-contexts)')
         ctx = dict(found.get("context") or {})
     elif not flags.server:
         raise KubeConfigError(

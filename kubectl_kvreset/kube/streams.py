@@ -133,7 +133,8 @@ class _Channels:
                     kube._count_retry()
                     continue
                 reason, message = status_message(body)
-                raise KubeApiError(exc.status_code, reason or _http_reason(exc.status_code), message or str(exc), body) from exc
+                raise KubeApiError(exc.status_code, reason or _http_reason(exc.status_code), message or str(exc),
+                                   body) from exc
             except (websocket.WebSocketException, OSError) as exc:
                 raise KubeConnectionError(f"cannot open a stream to {path}: {exc}") from exc
             break

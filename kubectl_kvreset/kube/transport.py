@@ -163,7 +163,8 @@ class Transport:
                 kwargs["server_hostname"] = configuration.tls_server_name
         proxy = getattr(configuration, "proxy", None)
         if proxy and not _bypass_proxy(str(configuration.host), getattr(configuration, "no_proxy", None) or ""):
-            self.pool: Any = urllib3.ProxyManager(proxy_url=proxy, proxy_headers=getattr(configuration, "proxy_headers", None),
+            self.pool: Any = urllib3.ProxyManager(proxy_url=proxy,
+                                                  proxy_headers=getattr(configuration, "proxy_headers", None),
                                                   **kwargs)
         else:
             self.pool = urllib3.PoolManager(**kwargs)

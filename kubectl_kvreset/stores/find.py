@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..configfile import ConfigFileError, ConfigSource, decode_key
+from ..engines.vllm.configfile import ConfigFileError, ConfigSource, decode_key
+from ..engines.vllm.servecmd import model_unknown_reason, unevaluated_in
 from ..kube import Kube, KubeApiError
 from ..pods import VllmPod
-from ..servecmd import model_unknown_reason, unevaluated_in
 from .config import (
     LMCACHE_CONNECTORS,
     LMCACHE_MP_CONNECTOR,

@@ -72,7 +72,8 @@ def test_goals_table_has_every_goal_with_a_verdict() -> None:
     assert _row(text, "`--help` by the interpreter")[3] == "**MISSED**"
     assert _row(text, "first run after install")[1:] == ["1.200 s", "<= 1.5 s", "met"]
     assert _row(text, "zipapp size")[1] == "7.0 MiB"
-    assert _row(text, "import of the `kubernetes` client")[1] == "60 ms for the parts used vs 330 ms for the whole package"
+    assert _row(text, "import of the `kubernetes` client")[1] == \
+        "60 ms for the parts used vs 330 ms for the whole package"
 
 
 def test_tiny_run_end_to_end(tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ simulator; the negative tests run the same functions against a simulator started
 scenario fault ``drop_fields`` and expect them to fail.
 
 The commands are those of the documented manual procedure (README "Performance") and of
-``seed-procedure.sh`` (kept beside the repository, ``tests/beside.py``): ``get -o custom-columns``, ``get -o jsonpath`` with
-label and field selectors, ``patch --type=json``, ``rollout restart``, ``rollout status``,
+``seed-procedure.sh`` (kept beside the repository, ``tests/beside.py``): ``get -o custom-columns``,
+``get -o jsonpath`` with label and field selectors, ``patch --type=json``, ``rollout restart``, ``rollout status``,
 ``exec -- printenv`` and ``exec -- curl -X POST localhost:PORT/reset_prefix_cache?...``. How
 kubectl reads a Deployment's rollout (``status.observedGeneration``, ``updatedReplicas``,
 ``availableReplicas``) is kubectl's ``k8s.io/kubectl/pkg/polymorphichelpers/rollout_status.go``.

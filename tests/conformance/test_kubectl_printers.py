@@ -135,7 +135,8 @@ def test_dry_run_values_as_kubectl_reads_them(pd: Ground) -> None:
     ours = _plugin(pd, "clear", "-n", NS, "--all", "--dry-run=bogus")
     assert kubectl.returncode != 0 and ours.returncode == 2
     assert 'Invalid dry-run value (bogus). Must be "none"' in kubectl.stderr
-    assert 'Invalid dry-run value (bogus). Must be "none"' in ours.stderr and ours.stderr.startswith("error: "), ours.stderr
+    assert 'Invalid dry-run value (bogus). Must be "none"' in ours.stderr and ours.stderr.startswith("error: "), \
+        ours.stderr
     # and a dry run changes nothing: the pods answered no reset
     for cmd in (["restart", "--all"], ["devmode", "--enable", "--all"]):
         done = _plugin(pd, *cmd, "-n", NS, "--dry-run=client", "-o", "json")

@@ -25,7 +25,8 @@ def require_sandbox() -> None:
     if not sandbox_available():
         if os.environ.get("KVRESET_REQUIRE_SANDBOX"):
             pytest.fail("bubblewrap is required here (KVRESET_REQUIRE_SANDBOX=1) but cannot run")
-        pytest.skip("bubblewrap (bwrap) is missing or cannot create namespaces: the simulator cannot run container commands")
+        pytest.skip("bubblewrap (bwrap) is missing or cannot create namespaces: "
+                    "the simulator cannot run container commands")
 
 
 @pytest.fixture(scope="session", autouse=True)

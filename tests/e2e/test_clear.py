@@ -63,7 +63,8 @@ def test_wide_ep_every_port_called_exactly_once(sim) -> None:
 
 
 def test_busy_twice_then_free_ends_ok(sim) -> None:
-    scenario = {"pods": [{"match": {"owner": "deployment/optimized-baseline-nvidia-gpu-vllm-decode", "ordinal": 0}, "busy": 2}]}
+    scenario = {"pods": [{"match": {"owner": "deployment/optimized-baseline-nvidia-gpu-vllm-decode", "ordinal": 0},
+                          "busy": 2}]}
     cluster = sim([fixture_file("01")], namespace=NS, dev_mode="on", vllm_version="0.26.0", scenario=scenario)
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
     assert code == 0, err
@@ -93,7 +94,8 @@ def test_vllm_025_is_unconfirmed(sim) -> None:
 
 
 def test_dev_mode_off_on_some_pods(sim) -> None:
-    scenario = {"pods": [{"match": {"owner": "deployment/pd-disaggregation-nvidia-gpu-vllm-decode"}, "dev_mode": "off"}]}
+    scenario = {"pods": [{"match": {"owner": "deployment/pd-disaggregation-nvidia-gpu-vllm-decode"},
+                          "dev_mode": "off"}]}
     cluster = sim([fixture_file("02")], namespace=NS, dev_mode="on", vllm_version="0.26.0", scenario=scenario)
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
     assert code == 1

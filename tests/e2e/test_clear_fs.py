@@ -198,8 +198,8 @@ def test_two_models_on_one_pvc_only_the_targets_model_is_deleted(sim: Callable[.
     assert "were deleted" in text, text
     assert b_pod in text and "kept" in text, text
     if verb == "clear-fs":
-        # + its record
-        assert row["result"] == "emptied" and row["model_only"] and row["other_files"] == len(b_files) + 1
+        assert row["result"] == "emptied" and row["model_only"] and \
+            row["other_files"] == len(b_files) + 1  # + its record
     else:
         assert row["result"] == "emptied" and row["fs"] == "emptied" and row["left"] == []
     assert "were deleted too" not in err and b_pod in err

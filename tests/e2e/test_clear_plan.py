@@ -67,7 +67,8 @@ def test_tiered_023_with_restart_is_clear_fs_then_restart(sim) -> None:
     assert all(st["reset_calls"] == 0 for _, st in vllm_states(cluster))
     after_dry = cluster.live_pods()  # the dry run changed nothing
     assert [(p["name"], p["fs_tier_files"]) for p in after_dry] == [(p["name"], p["fs_tier_files"]) for p in before]
-    assert cluster.api(f"/apis/apps/v1/namespaces/{NS}/deployments/gpu-vllm-decode")["metadata"]["generation"] == generation
+    assert cluster.api(f"/apis/apps/v1/namespaces/{NS}/deployments/gpu-vllm-decode")["metadata"]["generation"] == \
+        generation
     old = {p["name"] for p in cluster.live_pods()}
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--fallback=restart", "--timeout", "60s")
     assert code == 0, (err, rows)

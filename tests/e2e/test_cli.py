@@ -55,7 +55,8 @@ def test_help_does_not_import_kubernetes_from_source() -> None:
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             "for sub in ('detect', 'clear', 'metrics'):\n"
             "    try:\n        main([sub, '--help'])\n    except SystemExit:\n        pass\n"
-            "print('LOADED' if any(m == 'kubernetes' or m.startswith('kubernetes.') for m in sys.modules) else 'CLEAN')")
+            "print('LOADED' if any(m == 'kubernetes' or m.startswith('kubernetes.') for m in sys.modules) "
+            "else 'CLEAN')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.stdout.strip().splitlines()[-1] == "CLEAN", done.stderr
 

@@ -44,7 +44,8 @@ def test_terminal_decline_changes_nothing(sim) -> None:
     assert done.returncode == 1 and "nothing changed" in done.stderr
     # the prompt names where the plan runs: the context, the cluster and the namespace
     import re
-    asked = re.search(r'Run these steps on context "([^"]+)", cluster "([^"]+)" \(https://[^)]+\), namespace "([^"]+)"\?',
+    asked = re.search(r'Run these steps on context "([^"]+)", cluster "([^"]+)" \(https://[^)]+\), '
+                      r'namespace "([^"]+)"\?',
                       done.stderr)
     assert asked and asked.group(3) == NS and all(asked.groups()), done.stderr
     verbose = cluster.run("detect", "-n", NS, "-v", "1")

@@ -1,6 +1,6 @@
 """Data parallel inside one vLLM server (internal load balancing: several engines behind one
 API port): the reset answer is engine 0's alone before vLLM 0.32.0, the AND of every engine's
-from 0.32.0 (kubectl_kvreset.vllm_api.RESET_ALL_ENGINES_SINCE)."""
+from 0.32.0 (kubectl_kvreset.engines.vllm.api.RESET_ALL_ENGINES_SINCE)."""
 
 from __future__ import annotations
 

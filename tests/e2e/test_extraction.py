@@ -80,8 +80,8 @@ def test_an_extraction_a_run_may_use_is_never_removed(tmp_path: Path) -> None:
     old = time.time() - 3600
     os.utime(dir_x / ".in-use", (old, old))
     env = dict(os.environ, SHIV_ROOT=str(root), KVRESET_TEST_PREAMBLE_DELAY_S="4")
-    slow = subprocess.Popen([*bare_python(), str(app_x), "--version"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, stdin=subprocess.DEVNULL)
+    slow = subprocess.Popen([*bare_python(), str(app_x), "--version"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     time.sleep(1.5)  # A is now in its preamble's delay, past shiv's check
     assert run(app_y, root, "--version").returncode == 0
     out, err = slow.communicate(timeout=60)

@@ -264,7 +264,8 @@ def test_token_expires_mid_run_exec_plugin_gives_a_fresh_one(sim, tmp_path: Path
         "apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable,
         "args": [str(tmp_path / "plugin.py"), str(tmp_path)], "interactiveMode": "Never"}},
         tmp_path / "kubeconfig")
-    done = subprocess.run([str(zipapp_path()), "clear", "-n", NS, "--all", "-o", "json", "--kubeconfig", str(kubeconfig)],
+    done = subprocess.run([str(zipapp_path()), "clear", "-n", NS, "--all", "-o", "json",
+                           "--kubeconfig", str(kubeconfig)],
                           env=cluster.env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 0, done.stderr
@@ -280,7 +281,8 @@ def test_static_token_expires_mid_run(sim, tmp_path: Path) -> None:
     # same token, so the rest fails - with a message, exit 1, and rows that match the cluster
     cluster = start_cluster(sim, {})
     kubeconfig = _kubeconfig_with_user(cluster, {"token": _mint(cluster, 12)}, tmp_path / "kubeconfig")
-    done = subprocess.run([str(zipapp_path()), "clear", "-n", NS, "--all", "-o", "json", "--kubeconfig", str(kubeconfig)],
+    done = subprocess.run([str(zipapp_path()), "clear", "-n", NS, "--all", "-o", "json",
+                           "--kubeconfig", str(kubeconfig)],
                           env=cluster.env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 1, done.stderr

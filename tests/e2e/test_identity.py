@@ -127,7 +127,8 @@ def _vllm(name: str, model: str, claim: str) -> str:
               - name: vllm
                 image: vllm/vllm-openai:v0.32.0
                 command: [vllm, serve, "{model}"]
-                args: [--port, "8000", --kv-transfer-config, '{{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}}']
+                args: [--port, "8000", --kv-transfer-config,
+                       '{{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}}']
                 env: [{{name: VLLM_SERVER_DEV_MODE, value: "1"}}, {{name: LMCACHE_LOCAL_DISK, value: /mnt/lmc}},
                       {{name: LMCACHE_MAX_LOCAL_DISK_SIZE, value: "5"}}]
                 ports: [{{name: http, containerPort: 8000}}]

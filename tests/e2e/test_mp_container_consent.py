@@ -48,7 +48,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimCluster]:
     require_sandbox()
     m = tmp_path_factory.mktemp("mpcc") / "m.yaml"
     # the MP server of test_mp_reset_consent.py without its two Deployments, and the pair
-    m.write_text(MANIFEST.split("---\n" + "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a,")[0] + "---\n" + PAIR)
+    m.write_text(MANIFEST.split("---\n" + "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a,")[0]
+                 + "---\n" + PAIR)
     scenario = {"pods": [{"match": {"namespace": NS}, "cluster_dns": True}]}
     with SimCluster([m], namespace=NS, scenario=scenario, ready_delay=0.05) as c:
         c.wait_ready()

@@ -73,7 +73,8 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def make(*args: str, timeout: float = 300, directory: Path = ROOT, venv: Path | None = None) -> subprocess.CompletedProcess[str]:
+def make(*args: str, timeout: float = 300, directory: Path = ROOT,
+         venv: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``make`` in the checkout ``directory`` (default: this one), never remaking the venv
     (other tests share it; another checkout uses this one's, or ``venv``)."""
     if not shutil.which("make"):
@@ -151,7 +152,8 @@ def shiv_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("shiv-root")
 
 
-def run_app(python: Path | None, *args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_app(python: Path | None, *args: str, env: dict[str, str],
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
     cmd = ([str(python)] if python else []) + [str(zipapp_path()), *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
 
@@ -232,7 +234,8 @@ def test_every_compiled_module_has_a_pure_python_fallback(tmp_path: Path) -> Non
             except pytest.skip.Exception:
                 continue
     if foreign is None:
-        pytest.skip("no pyenv CPython 3.10-3.13 other than the build's: cannot load the zipapp without its compiled modules")
+        pytest.skip("no pyenv CPython 3.10-3.13 other than the build's: "
+                    "cannot load the zipapp without its compiled modules")
     with zipfile.ZipFile(zipapp_path()) as z:
         z.extractall(tmp_path, [n for n in names if n.startswith("site-packages/")])
     site = tmp_path / "site-packages"
@@ -274,7 +277,8 @@ def test_older_python_gets_one_line_and_exit_2(minor: str, tmp_path: Path) -> No
     env = {**os.environ, "SHIV_ROOT": str(tmp_path / "shiv")}
     done = run_app(python, "detect", env=env)
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: kubectl-kvreset needs Python 3.10"), done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: kubectl-kvreset needs Python 3.10"), \
+        done.stderr
     assert not (tmp_path / "shiv").exists(), "nothing may be extracted for a Python that cannot run it"
 
 
@@ -302,7 +306,8 @@ def test_eight_simultaneous_first_runs_and_stale_cleanup(tmp_path: Path) -> None
     assert all(code == 0 and out.startswith("kubectl-kvreset ") for code, out, _ in results), results
     dirs = sorted(p.name for p in root.iterdir() if p.is_dir())
     assert len([d for d in dirs if d.startswith("kubectl-kvreset_")]) == 3, dirs
-    assert not stale.exists() and olds[1].exists() and olds[2].exists() and other.exists() and not [d for d in dirs if d.endswith(".tmp")]
+    assert not stale.exists() and olds[1].exists() and olds[2].exists() and other.exists() and \
+        not [d for d in dirs if d.endswith(".tmp")]
 
 
 # -- help --------------------------------------------------------------------------------------

@@ -98,7 +98,8 @@ def test_the_manifest_binds_the_shipped_role() -> None:
     shipped = next(d for d in yaml.safe_load_all(ROLE_FILE.read_text()) if d and d["kind"] == "Role")
     assert docs[1] == shipped
     sa, binding, job = docs[0], docs[2], docs[3]
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": shipped["metadata"]["name"]}
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": shipped["metadata"]["name"]}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "NAMESPACE"}]
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == sa["metadata"]["name"]

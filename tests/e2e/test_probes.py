@@ -28,7 +28,8 @@ OFFLOAD = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
 def bench() -> Iterator[object]:
     started: list[SimCluster] = []
 
-    def start(replicas: int, pods: list[dict[str, object]] | None = None, manifest: Path = BENCH_MANIFEST) -> SimCluster:
+    def start(replicas: int, pods: list[dict[str, object]] | None = None,
+              manifest: Path = BENCH_MANIFEST) -> SimCluster:
         cluster = SimCluster([manifest], namespace=NS, ready_delay=0.02,
                              scenario={"replicas": {OWNER: replicas}, "pods": pods or []},
                              extra_args=("--no-sandbox",))

@@ -163,7 +163,8 @@ NEEDED: list[tuple[int, str, list[str], list[str]]] = [
 STORE_NEEDED: list[tuple[int, list[str], list[str]]] = [
     (9, ["clear-store", "--all", "--yes", "--shared-stores"], ['cannot get resource "configmaps"']),
     (10, ["clear-store", "--all", "--yes", "--shared-stores"], ['not permitted: list on services in namespace']),
-    (11, ["clear-store", "--all", "--yes", "--shared-stores"], ['not permitted: list on endpointslices.discovery.k8s.io in namespace']),
+    (11, ["clear-store", "--all", "--yes", "--shared-stores"],
+     ['not permitted: list on endpointslices.discovery.k8s.io in namespace']),
 ]
 
 

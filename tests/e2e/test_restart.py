@@ -32,7 +32,8 @@ def test_restart_pd_prefill_first_then_decode(sim: Any) -> None:
     new = [p for p in records if p["name"] not in before]
     roles = ["prefill" if "prefill" in p["owner"]["name"] else "decode" for p in new]
     # every new prefill pod was created before any new decode pod
-    assert roles == sorted(roles, key=lambda r: r != "prefill") and roles.count("prefill") == 2 and roles.count("decode") == 2
+    assert roles == sorted(roles, key=lambda r: r != "prefill") and roles.count("prefill") == 2 and \
+        roles.count("decode") == 2
     assert all(p["deleted"] for p in records if p["name"] in before)
     assert all(p["ready"] for p in new)
     assert took >= 1.6  # two waits of at least one ready delay each, one after the other

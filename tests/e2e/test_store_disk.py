@@ -45,7 +45,8 @@ def _vllm(name: str, model: str, *, env: str, mounts: str, volumes: str) -> str:
               - name: vllm
                 image: vllm/vllm-openai:v0.32.0
                 command: [vllm, serve, {model}]
-                args: [--port, "8000", --kv-transfer-config, '{{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}}']
+                args: [--port, "8000", --kv-transfer-config,
+                       '{{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}}']
                 env: [{{name: VLLM_SERVER_DEV_MODE, value: "1"}}{env}]
                 ports: [{{name: http, containerPort: 8000}}]
                 volumeMounts: {mounts}
@@ -235,8 +236,8 @@ kube = connect(namespace=sys.argv[1])
 scope = select_targets(kube, Targets(owners=(sys.argv[2],)))
 preview = prepare(scope, ClearOptions()).preview()
 done = clear(scope, ClearOptions(), Cancel())
-print(json.dumps({"preview": json.loads(preview.render("json")), "rows": json.loads(done.report.render("json")), "exit_code": int(done.exit_code),
-                  "click_loaded": "click" in sys.modules}, default=str))
+print(json.dumps({"preview": json.loads(preview.render("json")), "rows": json.loads(done.report.render("json")),
+                  "exit_code": int(done.exit_code), "click_loaded": "click" in sys.modules}, default=str))
 """
 
 

@@ -49,7 +49,8 @@ def _vllm(ns: str, name: str, model: str, env: str) -> str:
               - name: vllm
                 image: vllm/vllm-openai:v0.32.0
                 command: [vllm, serve, {model}]
-                args: [--port, "8000", --kv-transfer-config, '{{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}}']
+                args: [--port, "8000", --kv-transfer-config,
+                       '{{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}}']
                 env: [{{name: VLLM_SERVER_DEV_MODE, value: "1"}}{env}]
                 ports: [{{name: http, containerPort: 8000}}]
                 volumeMounts: [{{name: disk, mountPath: /mnt/lmc}}]
@@ -61,8 +62,10 @@ def _manifest() -> str:
     docs = []
     for ns, (model, env) in CASES.items():
         docs += [f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n",
-                 f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: dirs, namespace: {ns}}}\ndata: {{disk: /mnt/lmc}}\n",
-                 f"apiVersion: v1\nkind: Secret\nmetadata: {{name: dirs, namespace: {ns}}}\nstringData: {{disk: /mnt/lmc}}\n",
+                 f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: dirs, namespace: {ns}}}\n"
+                 "data: {disk: /mnt/lmc}\n",
+                 f"apiVersion: v1\nkind: Secret\nmetadata: {{name: dirs, namespace: {ns}}}\n"
+                 "stringData: {disk: /mnt/lmc}\n",
                  _vllm(ns, "t", "org/m", DISK_ENV), _vllm(ns, "o", model, env)]
     return "---\n".join(docs)
 

@@ -57,7 +57,8 @@ def test_an_unknown_model_leaves_the_per_model_disk_deletion(cluster: SimCluster
     assert code == 1, (rows, err)
     [row] = [r for r in rows if r["store"] == "lmcache-disk"]
     assert row["result"] == "left" and row["scope"] == "model (unknown)", row
-    assert "the model this pod serves is not known" in row["message"] and "MODEL comes from ConfigMap cfg" in row["message"], row
+    assert "the model this pod serves is not known" in row["message"] and \
+        "MODEL comes from ConfigMap cfg" in row["message"], row
     assert _pt(root, "org/model-l") == 5 and _pt(root, "org/model-x") == 3
 
 

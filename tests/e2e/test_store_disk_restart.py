@@ -36,7 +36,8 @@ def _vllm(name: str, model: str, *, env: str, mounts: str, volumes: str) -> str:
               - name: vllm
                 image: vllm/vllm-openai:v0.32.0
                 command: [vllm, serve, {model}]
-                args: [--port, "8000", --kv-transfer-config, '{{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}}']
+                args: [--port, "8000", --kv-transfer-config,
+                       '{{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}}']
                 env: [{{name: LMCACHE_MAX_LOCAL_DISK_SIZE, value: '5'}}{env}]
                 ports: [{{name: http, containerPort: 8000}}]
                 volumeMounts: {mounts}

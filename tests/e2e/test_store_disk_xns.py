@@ -52,7 +52,8 @@ def _name(cluster: SimCluster, ns: str, prefix: str) -> str:
     return f"{ns}/{pod['name']}"
 
 
-def _disk_cluster(sim: Callable[..., SimCluster], tmp_path: Path, tb_model: str = "org/model-k") -> tuple[SimCluster, Path]:
+def _disk_cluster(sim: Callable[..., SimCluster], tmp_path: Path,
+                  tb_model: str = "org/model-k") -> tuple[SimCluster, Path]:
     docs = "---\n".join([
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: ta}\n",
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: tb}\n",

@@ -47,7 +47,8 @@ def _vllm(name: str, model: str, url: str) -> str:
               - name: vllm
                 image: vllm/vllm-openai:v0.32.0
                 command: [vllm, serve, {model}]
-                args: [--port, "8000", --kv-transfer-config, '{{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}}']
+                args: [--port, "8000", --kv-transfer-config,
+                       '{{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}}']
                 env: [{{name: VLLM_SERVER_DEV_MODE, value: "1"}}, {{name: LMCACHE_REMOTE_URL, value: '{url}'}}]
                 ports: [{{name: http, containerPort: 8000}}]
         """)
@@ -163,7 +164,8 @@ def test_infinistore_purge_dry_run_consent_and_confirmation(cluster: SimCluster)
     code, rows, err = cluster.run_json("clear-store", "i-one", "i-two", "--dry-run")
     assert code == 0, (rows, err)
     [row] = rows
-    assert (row["store"], row["scope"], row["method"], row["result"]) == ("infinistore", "store", "POST /purge", "planned")
+    assert (row["store"], row["scope"], row["method"], row["result"]) == \
+        ("infinistore", "store", "POST /purge", "planned")
     assert (row["before"], row["after"]) == (KEYS, KEYS) and row["resolved"] == f"service {NS}/kv-infinistore"
     assert row["via"] == f"{_name(cluster, 'kv-infinistore')}:18080"
     after = _store(cluster)
@@ -195,7 +197,8 @@ def test_forbidden_pod_proxy_names_the_permission(cluster: SimCluster) -> None:
     set_rules(cluster, without)
     try:
         # alice cannot list other namespaces, so the store-wide purge needs the flag (consent)
-        done = cluster.run("clear-store", "i-one", "i-two", "--shared-stores", "--yes", "-o", "json", "-n", NS, "--context", f"sim-{USER}")
+        done = cluster.run("clear-store", "i-one", "i-two", "--shared-stores", "--yes", "-o", "json", "-n", NS,
+                           "--context", f"sim-{USER}")
     finally:
         set_rules(cluster, rules)
     assert done.returncode == 1, (done.stdout, done.stderr)

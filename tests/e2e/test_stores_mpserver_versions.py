@@ -23,7 +23,8 @@ RELEASES = {"v031": "0.3.15", "v043": "0.4.3", "v050": "0.5.0", "v053": "0.5.3",
 
 def _manifest(ns: str, version: str, replicas: int = 1) -> str:
     ktc = json.dumps({"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
-                      "kv_connector_extra_config": {"lmcache.mp.host": "tcp://lmcache-server", "lmcache.mp.port": 5555}})
+                      "kv_connector_extra_config": {"lmcache.mp.host": "tcp://lmcache-server",
+                                                    "lmcache.mp.port": 5555}})
     return textwrap.dedent(f"""\
         apiVersion: v1
         kind: Namespace
@@ -163,7 +164,8 @@ def test_locked_objects_and_l2_are_left_until_forced(cluster: SimCluster) -> Non
     assert code == 1, (rows, err)
     [row] = rows
     assert (row["before"], row["after"], row["result"]) == (6, 2, "left")
-    assert "--force-mp-clear" in row["message"] and "L2" in row["message"] and "MockL2Adapter (4 objects)" in row["message"]
+    assert "--force-mp-clear" in row["message"] and "L2" in row["message"] and \
+        "MockL2Adapter (4 objects)" in row["message"]
     code, rows, err = cluster.run_json("clear-store", "-n", "v056", "--all", "--force-mp-clear", "--yes")
     assert code == 1 and (rows[0]["before"], rows[0]["after"]) == (2, 0), (rows, err)
     assert rows[0]["method"] == 'POST /cache/clear {"tier":"l1","force":true}'
@@ -195,7 +197,8 @@ def test_every_server_pod_behind_the_service_is_cleared(cluster: SimCluster) -> 
     code, rows, err = cluster.run_json("clear-store", "-n", "two", "--all", "--yes")
     assert code == 0, (rows, err)
     [row] = rows
-    servers = sorted(p["name"] for p in cluster.live_pods() if p["namespace"] == "two" and p["name"].startswith("lmcache"))
+    servers = sorted(p["name"] for p in cluster.live_pods()
+                     if p["namespace"] == "two" and p["name"].startswith("lmcache"))
     assert len(servers) == 2
     assert (row["before"], row["after"], row["result"]) == (12, 0, "emptied"), row
     assert sorted(row["via"].split(", ")) == [f"two/{n}:8181" for n in servers]

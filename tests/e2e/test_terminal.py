@@ -39,7 +39,8 @@ class Tmux:
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()
                            if k in ("KUBECONFIG", "SHIV_ROOT", "PATH", "HOME"))
         # the shell outlives a Ctrl-C sent to the foreground group (its trap resets for the child)
-        command = (f"trap : INT; env {exports} {shlex.quote(str(zipapp_path()))} {' '.join(shlex.quote(a) for a in args)}; "
+        command = (f"trap : INT; env {exports} {shlex.quote(str(zipapp_path()))} "
+                   f"{' '.join(shlex.quote(a) for a in args)}; "
                    f"echo $? > {shlex.quote(str(self.rc))}; sleep 600")
         subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", "new-session", "-d", "-x", "200", "-y", "60",
                         "sh", "-c", command], check=True, timeout=30)

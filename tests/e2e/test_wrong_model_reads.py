@@ -76,8 +76,8 @@ def test_a_model_after_a_multi_value_flag_is_vllms_default(sim: Callable[..., Si
     code, rows, err = cluster.run_json("clear-fs", "-n", NS, "old", "-y")
     (row,) = rows
     assert code == 1 and row["result"] == "left", json.dumps(row)
-    assert "2 value(s) to the api-key flag" in row["message"] and "k1" not in row["message"] \
-        and "default model" in row["message"], row
+    assert "2 value(s) to the api-key flag" in row["message"] and "k1" not in row["message"] and \
+        "default model" in row["message"], row
     assert _files(cluster)["old"] == before["old"]
 
 

@@ -74,7 +74,8 @@ MANIFEST = textwrap.dedent(f"""\
             image: lmcache/lmcache:v0.5.6
             command: [lmcache_controller]
             args: [--host, 0.0.0.0, --port, "9000", --monitor-ports, '{{"pull": 8300, "reply": 8400}}']
-            ports: [{{name: http, containerPort: 9000}}, {{name: pull, containerPort: 8300}}, {{name: reply, containerPort: 8400}}]
+            ports: [{{name: http, containerPort: 9000}}, {{name: pull, containerPort: 8300}},
+                    {{name: reply, containerPort: 8400}}]
     ---
     apiVersion: v1
     kind: Service
@@ -100,7 +101,8 @@ MANIFEST = textwrap.dedent(f"""\
             command: [vllm, serve, org/model-a]
             args: [--served-model-name, model-a, --port, "8000", --enable-prefix-caching,
                    --kv-transfer-config, '{{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}}']
-            env: [{{name: VLLM_SERVER_DEV_MODE, value: "1"}}, {{name: LMCACHE_CONFIG_FILE, value: /config/lmcache/lmcache.yaml}}]
+            env: [{{name: VLLM_SERVER_DEV_MODE, value: "1"}},
+                  {{name: LMCACHE_CONFIG_FILE, value: /config/lmcache/lmcache.yaml}}]
             ports: [{{name: http, containerPort: 8000}}, {{name: lmc-api, containerPort: 7000}}]
             volumeMounts: [{{name: cfg, mountPath: /config/lmcache}}]
     """)

@@ -119,8 +119,9 @@ class _LongRequests:
     """Long completions on engine 1, ``LONG_REQUESTS`` at a time, sent again as each ends, while the
     ``with`` block runs (entered once ``/metrics`` shows them running); on exit no new one starts
     and each is awaited. Each thread asks for a different length (300 to 465 tokens, with the
-    40-token prompt under the pods' 512-token model length), so the requests do not all end at once: engine 1 never has a
-    moment with nothing running, in which a retried reset would succeed."""
+    40-token prompt under the pods' 512-token model length), so the requests do not all end at
+    once: engine 1 never has a moment with nothing running, in which a retried reset would
+    succeed."""
 
     def __init__(self, sim: SimCluster) -> None:
         self.sim = sim
@@ -133,7 +134,8 @@ class _LongRequests:
         n = 0
         while not self.stop.is_set():
             try:
-                _complete(self.sim, 1, [4 + (700 + 7 * i + 3 * n + j) % 1000 for j in range(40)], max_tokens=300 + 15 * i)
+                _complete(self.sim, 1, [4 + (700 + 7 * i + 3 * n + j) % 1000 for j in range(40)],
+                          max_tokens=300 + 15 * i)
             except BaseException as exc:  # noqa: BLE001 - reported on exit
                 self.errors.append(exc)
                 return

@@ -73,8 +73,10 @@ def _vllm(ns: str, name: str, *, worker: bool) -> str:
               - name: vllm
                 image: vllm/vllm-openai:v0.32.0
                 command: [vllm, serve, org/model-a]
-                args: [--port, "8000", --kv-transfer-config, '{{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}}']
-                env: [{{name: VLLM_SERVER_DEV_MODE, value: "1"}}, {{name: LMCACHE_CONFIG_FILE, value: /config/lmcache/lmcache.yaml}}]
+                args: [--port, "8000", --kv-transfer-config,
+                       '{{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}}']
+                env: [{{name: VLLM_SERVER_DEV_MODE, value: "1"}},
+                      {{name: LMCACHE_CONFIG_FILE, value: /config/lmcache/lmcache.yaml}}]
                 ports: [{{name: http, containerPort: 8000}}]
                 volumeMounts: [{{name: cfg, mountPath: /config/lmcache}}]
         """)
@@ -105,7 +107,8 @@ CONTROLLER_MANIFEST = textwrap.dedent(f"""\
             image: lmcache/lmcache:v0.5.6
             command: [lmcache_controller]
             args: [--host, 0.0.0.0, --port, "9000", --monitor-ports, '{{"pull": 8300, "reply": 8400}}']
-            ports: [{{name: http, containerPort: 9000}}, {{name: pull, containerPort: 8300}}, {{name: reply, containerPort: 8400}}]
+            ports: [{{name: http, containerPort: 9000}}, {{name: pull, containerPort: 8300}},
+                    {{name: reply, containerPort: 8400}}]
     ---
     apiVersion: v1
     kind: Service
@@ -201,7 +204,8 @@ def _rows(rows: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 def test_clear_empties_the_instance_through_the_controller(sim: SimCluster) -> None:
     _seed(sim, "with-ctl")
     # the worker reports its keys to the controller asynchronously
-    assert _until("the controller seeing the keys", lambda: _lookup(sim), 20) == {"with-ctl": ["LocalCPUBackend", TOKENS]}
+    assert _until("the controller seeing the keys", lambda: _lookup(sim), 20) == {
+        "with-ctl": ["LocalCPUBackend", TOKENS]}
     code, rows, err = sim.run_json("clear", "-n", CTL, "--all", "--yes")
     stores = _rows(rows, "StoreClear")
     # the controller clears the pod's instance; its worker API is not called a second time

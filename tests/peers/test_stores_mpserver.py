@@ -143,9 +143,11 @@ def _seed(sim: SimCluster, start: int = 0, end: int = 3, server_name: str = "lmc
     # server pod's /dev/shm (its shm dir in the simulator's state), as a client in that pod would
     [shm] = (sim.tmp / "state" / "pods").glob(f"{ns}_{server['name']}_*/shm")
     done = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--bind", str(shm), "/dev/shm",
-                           exe, "bench", "server", "--rpc-url", f"tcp://{ip}:{ZMQ_PORT}", "--url", f"http://{ip}:{HTTP_PORT}",
+                           exe, "bench", "server", "--rpc-url", f"tcp://{ip}:{ZMQ_PORT}",
+                           "--url", f"http://{ip}:{HTTP_PORT}",
                            "--mode", "cpu", "--transfer-mode", "lmcache_driven",
-                           "--kvcache-shape-spec", "(2,64,16,2,16):float16:2", "--num-blocks", "64", "--block-size", "16",
+                           "--kvcache-shape-spec", "(2,64,16,2,16):float16:2", "--num-blocks", "64",
+                           "--block-size", "16",
                            "--num-tokens", "512", "--start", str(start), "--end", str(end), "-q"],
                           capture_output=True, text=True, timeout=180,
                           env={**os.environ, "PYTHONHASHSEED": "0", "LMCACHE_DISABLE_BANNER": "1"})

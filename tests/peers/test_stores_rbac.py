@@ -28,7 +28,8 @@ MANIFEST = textwrap.dedent(f"""\
         metadata: {{labels: {{app: kv-redis}}}}
         spec:
           containers:
-          - {{name: redis, image: "redis:7.0.15", command: [redis-server], ports: [{{name: redis, containerPort: 6379}}]}}
+          - {{name: redis, image: "redis:7.0.15", command: [redis-server],
+              ports: [{{name: redis, containerPort: 6379}}]}}
     ---
     apiVersion: v1
     kind: Service

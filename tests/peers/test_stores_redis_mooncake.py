@@ -242,7 +242,8 @@ def test_outside_address_and_lm_server_say_what_would_clear_them(redis_sim: SimC
 # --- Mooncake -------------------------------------------------------------------------------
 
 MOONCAKE_JSON = json.dumps({"local_hostname": "localhost", "metadata_server": "P2PHANDSHAKE",
-                            "protocol": "tcp", "master_server_address": f"kv-mooncake-master.{NS}.svc.cluster.local:50051"})
+                            "protocol": "tcp",
+                            "master_server_address": f"kv-mooncake-master.{NS}.svc.cluster.local:50051"})
 
 MOONCAKE_MANIFEST = textwrap.dedent(f"""\
     apiVersion: v1

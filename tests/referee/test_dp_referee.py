@@ -5,7 +5,7 @@ scraped and reset alike.
 
 What is compared: ``GET /metrics`` before any request, per ``vllm:`` family (type, label names,
 ``engine`` values, whether it has samples, whether it has ``_created`` samples), the engine
-labels this tool reads from it (:func:`kubectl_kvreset.vllm_api.engine_labels`), and the reset
+labels this tool reads from it (:func:`kubectl_kvreset.engines.vllm.api.engine_labels`), and the reset
 answer, the AND of both engines' (``vllm/v1/engine/core_client.py::AsyncMPClient.
 reset_prefix_cache_async``). The recorded summary in
 ``tests/referee/data/real-0.32.0-dp2-metrics.json`` is what ``test_fakevllm.py`` checks the fake
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_kvreset.vllm_api import engine_labels
+from kubectl_kvreset.engines.vllm.api import engine_labels
 from tests.peers.tinymodel import write_tiny_model
 from tests.sim.fakevllm import FakeVLLM
 from tests.sim.serveargs import parse_vllm_argv

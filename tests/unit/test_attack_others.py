@@ -186,7 +186,8 @@ def test_replaced_row_names_its_successor() -> None:
     row, code = other_outcome_row(plan, ok, interrupted=False, successor="srv-def34-new")
     assert code is ExitCode.OK and row["pod"] == "srv-def34-new" and row["message"].startswith("replaces srv-abc12-xyz")
     # a restart that timed out names no successor and keeps the old pod, exit 1
-    late = RestartResult("ns", other.owner, None, "timeout", "0/1 ready: 0/3 nodes are available: Insufficient nvidia.com/gpu")
+    late = RestartResult("ns", other.owner, None, "timeout",
+                         "0/1 ready: 0/3 nodes are available: Insufficient nvidia.com/gpu")
     row, code = other_outcome_row(plan, late, interrupted=False, successor="srv-def34-new")
     assert code is ExitCode.FAILED and row["pod"] == "srv-abc12-xyz" and "Insufficient nvidia.com/gpu" in row["message"]
 

@@ -8,9 +8,15 @@ import json
 
 import pytest
 
-from kubectl_kvreset.configfile import ConfigFileError, ConfigSource, config_args, decode_key, locate
-from kubectl_kvreset.servecmd import parse_container
-from kubectl_kvreset.tiers import layout_from_serve
+from kubectl_kvreset.engines.vllm.configfile import (
+    ConfigFileError,
+    ConfigSource,
+    config_args,
+    decode_key,
+    locate,
+)
+from kubectl_kvreset.engines.vllm.kvconfig import layout_from_serve
+from kubectl_kvreset.engines.vllm.servecmd import parse_container
 
 KTC = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
        "kv_connector_extra_config": {"cpu_bytes_to_use": 1000000000, "block_size": 64}}
@@ -32,7 +38,8 @@ def pod_with(volume: dict, mount: dict) -> tuple[dict, dict]:
      {"name": "v", "mountPath": "/cfg", "subPath": "a"}, "/cfg/b.yaml", ConfigSource("ConfigMap", "cm", "k", "v")),
     ({"name": "v", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}},
                                              {"configMap": {"name": "other"}},
-                                             {"secret": {"name": "s", "items": [{"key": "k", "path": "vllm/c.yml"}]}}]}},
+                                             {"secret": {"name": "s",
+                                                         "items": [{"key": "k", "path": "vllm/c.yml"}]}}]}},
      {"name": "v", "mountPath": "/p"}, "/p/vllm/c.yml", ConfigSource("Secret", "s", "k", "v")),
 ])
 def test_locate_follows_every_configmap_and_secret_form(volume, mount, path, want) -> None:
@@ -153,7 +160,7 @@ def test_unreadable_file_leaves_the_port_unknown() -> None:
 
 
 def test_image_tag_decides_the_nested_form_before_any_call() -> None:
-    from kubectl_kvreset.servecmd import image_vllm_release
+    from kubectl_kvreset.engines.vllm.servecmd import image_vllm_release
     assert image_vllm_release("vllm/vllm-openai:v0.14.0") == (0, 14, 0)
     assert image_vllm_release("docker.io/vllm/vllm-openai:v0.32.0-cu130") == (0, 32, 0)
     assert image_vllm_release("ghcr.io/llm-d/llm-d-cuda:v0.9.0") is None
@@ -162,6 +169,6 @@ def test_image_tag_decides_the_nested_form_before_any_call() -> None:
     container = {"name": "vllm", "command": ["vllm", "serve", "m", "--config", "/c/c.yaml"]}
     new = parse_container({**container, "image": "vllm/vllm-openai:v0.32.0"}, {}, config_reader=reader_of(text))
     assert new.kv_transfer_config == {"kv_connector": "X", "kv_role": "kv_both"}
-    from kubectl_kvreset.servecmd import ServeCommandError
+    from kubectl_kvreset.engines.vllm.servecmd import ServeCommandError
     with pytest.raises(ServeCommandError, match="invalid JSON"):  # vLLM <= 0.14 fails to start the same way
         parse_container({**container, "image": "vllm/vllm-openai:v0.14.0"}, {}, config_reader=reader_of(text))

@@ -96,7 +96,8 @@ def test_no_vllm_container_makes_the_patch_refuse() -> None:
 def test_lws_templates_leader_before_worker() -> None:
     obj = lws(vllm(), leader=vllm())
     assert [(r.label, r.path) for r in owner_templates(obj)] == [
-        ("leader", "/spec/leaderWorkerTemplate/leaderTemplate"), ("worker", "/spec/leaderWorkerTemplate/workerTemplate")]
+        ("leader", "/spec/leaderWorkerTemplate/leaderTemplate"),
+        ("worker", "/spec/leaderWorkerTemplate/workerTemplate")]
 
 
 # ---- enable ----
@@ -247,8 +248,8 @@ def test_no_vllm_container_reading() -> None:
 # ---- managing controllers ----
 
 def test_owner_references_block() -> None:
-    obj = deployment(vllm(), ownerReferences=[{"apiVersion": "serving.kserve.io/v1alpha1", "kind": "LLMInferenceService",
-                                               "name": "qwen", "controller": True}])
+    obj = deployment(vllm(), ownerReferences=[{"apiVersion": "serving.kserve.io/v1alpha1",
+                                               "kind": "LLMInferenceService", "name": "qwen", "controller": True}])
     managers = managing_controllers(obj)
     assert [(m.kind, m.name, m.reverts) for m in managers] == [("LLMInferenceService", "qwen", True)]
     assert "LLMInferenceService/qwen (controller ownerReference)" == managers[0].describe()
@@ -259,7 +260,8 @@ def test_gitops_markers_block() -> None:
     assert [(m.kind, m.name) for m in blocking(managing_controllers(argo))] == [("Argo CD", "bench")]
     flux = deployment(vllm(), labels={"kustomize.toolkit.fluxcd.io/namespace": "flux-system",
                                       "kustomize.toolkit.fluxcd.io/name": "apps"})
-    assert [(m.kind, m.name) for m in blocking(managing_controllers(flux))] == [("Flux Kustomization", "flux-system/apps")]
+    assert [(m.kind, m.name) for m in blocking(managing_controllers(flux))] == [
+        ("Flux Kustomization", "flux-system/apps")]
     other = deployment(vllm(), labels={"app.kubernetes.io/managed-by": "kserve-controller"})
     assert [m.kind for m in blocking(managing_controllers(other))] == ["kserve-controller"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubectl_kvreset.vllm_api import EngineSplit, MetricsParseError, split_engines
+from kubectl_kvreset.engines.vllm.api import EngineSplit, MetricsParseError, split_engines
 
 
 def activity(engines: dict[str, tuple[float, float, float]], *, counters: bool = True) -> str:

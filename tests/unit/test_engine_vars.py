@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from kubectl_kvreset.engines.vllm.servecmd import engines_unknown_reason, parse_container
 from kubectl_kvreset.job.engines import resolve_engine_counts
 from kubectl_kvreset.kube import KubeApiError
 from kubectl_kvreset.pods import describe_pod_containers
-from kubectl_kvreset.servecmd import engines_unknown_reason, parse_container
 
 
 def container(*args: str, env: list[dict[str, Any]] | None = None, env_from: list[dict[str, Any]] | None = None,
@@ -66,7 +66,8 @@ def test_the_reason_names_an_unread_config_file() -> None:
     assert engines_unknown_reason((), (), "no permission to get configmaps") == (
         "the --config file, which may set the data-parallel size, was not read (no permission to get configmaps)")
     assert engines_unknown_reason(("--data-parallel-size 2",), (), None) is None
-    assert engines_unknown_reason(("--data-parallel-size x",), (), None) == "--data-parallel-size x: not an integer here"
+    assert engines_unknown_reason(("--data-parallel-size x",), (), None) == \
+        "--data-parallel-size x: not an integer here"
 
 
 class FakeKube:
@@ -135,7 +136,8 @@ def test_an_unreadable_source_leaves_the_count_unknown_and_says_why() -> None:
     (pod,) = resolve_engine_counts(kube, [pod_of(c)])  # type: ignore[arg-type]
     assert pod.serve.engines_per_port == 1
     assert pod.serve.engines_unknown is not None
-    assert pod.serve.engines_unknown.startswith("--data-parallel-size $(DP): DP: not permitted to read Secret/dp-secret")
+    assert pod.serve.engines_unknown.startswith(
+        "--data-parallel-size $(DP): DP: not permitted to read Secret/dp-secret")
     missing = container("--data-parallel-size", "$(DP)", env=[cm_ref("DP", "gone", "size")])
     (pod,) = resolve_engine_counts(FakeKube({}), [pod_of(missing)])  # type: ignore[arg-type]
     assert pod.serve.engines_unknown is not None and "ConfigMap/gone does not exist" in pod.serve.engines_unknown

@@ -8,10 +8,16 @@ import json
 
 import pytest
 
+from kubectl_kvreset.engines.vllm.api import (
+    EngineCount,
+    MetricsParseError,
+    engine_count,
+    engine_labels,
+    engine_list,
+)
 from kubectl_kvreset.job.outcome import engine_zero_only
 from kubectl_kvreset.job.probes import needs_engine_labels
 from kubectl_kvreset.pods import ApiPort
-from kubectl_kvreset.vllm_api import EngineCount, MetricsParseError, engine_count, engine_labels, engine_list
 from tests.unit.data import METRICS_SAMPLE as SAMPLE
 
 
@@ -88,7 +94,8 @@ def test_the_row_names_the_engines_and_the_source() -> None:
     assert by_labels.startswith("vLLM 0.26.0 answers the reset for engine 2 only: engine 3 of the 2 data-parallel "
                                 "engines behind port 8000 (the engine labels of GET /metrics) are not confirmed")
     by_flags = engine_zero_only("0.26.0", 4, port)
-    assert by_flags is not None and "engine 0 only: engines 1-3 of the 4" in by_flags and "(the serve flags)" in by_flags
+    assert by_flags is not None and "engine 0 only: engines 1-3 of the 4" in by_flags and \
+        "(the serve flags)" in by_flags
     assert engine_zero_only("0.32.0", 4, port, ("0", "1", "2", "3")) is None
     assert engine_zero_only("0.26.0", 1, port, ("0",)) is None
 

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from kubectl_kvreset.discovery import VllmPod, describe_pod, pod_env
-from kubectl_kvreset.servecmd import parse_container, unevaluated_in
+from kubectl_kvreset.engines.vllm.servecmd import parse_container, unevaluated_in
 from kubectl_kvreset.stores.config import resolve_env
 from kubectl_kvreset.tiers import TierKind
 

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubectl_kvreset.cli import COMMANDS, cli
-from kubectl_kvreset.servecmd import ServeCommandError, parse_argv
-from kubectl_kvreset.tiers import layout_from_config, layout_from_serve
+from kubectl_kvreset.engines.vllm.kvconfig import layout_from_config, layout_from_serve
+from kubectl_kvreset.engines.vllm.servecmd import ServeCommandError, parse_argv
 
 _KEYS = st.sampled_from(["kv_connector", "kv_role", "kv_connector_extra_config", "connectors", "spec_name",
                          "shared_storage_path", "root_dir", "cpu_bytes_to_use", "num_cpu_blocks", "engine_id",

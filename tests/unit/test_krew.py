@@ -224,7 +224,8 @@ def test_committed_plugin_yaml_passes_krew_rules() -> None:
     platform = doc["spec"]["platforms"][0]
     assert platform["uri"].endswith(f"/v{version}/kubectl-kvreset.tar.gz")
     assert platform["bin"] == "kubectl-kvreset" and "files" not in platform  # every file, LICENSE included
-    covered = {pair for pair in SUPPORTED_PLATFORMS if selector_matches(platform["selector"], {"os": pair[0], "arch": pair[1]})}
+    covered = {pair for pair in SUPPORTED_PLATFORMS
+               if selector_matches(platform["selector"], {"os": pair[0], "arch": pair[1]})}
     assert {os_ for os_, _ in covered} == {"linux", "darwin"}
     assert "python3" in doc["spec"]["caveats"] and "kubectl_complete-kvreset" in doc["spec"]["caveats"]
 
@@ -455,4 +456,5 @@ def test_zipapp_main_guard_is_old_python_syntax() -> None:
     compile(text, "__main__.py", "exec")
     # no f-strings, annotations or walrus: it must parse on the Pythons it turns away
     assert 'f"' not in text and "f'" not in text and ":=" not in text and "->" not in text
-    assert text.index("sys.version_info < (3, 10)") < text.index("import _kvreset_boot") < text.index("import _bootstrap")
+    assert text.index("sys.version_info < (3, 10)") < text.index("import _kvreset_boot") < \
+        text.index("import _bootstrap")

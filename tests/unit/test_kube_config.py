@@ -88,7 +88,8 @@ def test_namespace_defaults_to_default(tmp_path: Path) -> None:
     assert apply_overrides(merged, KubeFlags())[2] == "default"
 
 
-@pytest.mark.parametrize("text,seconds", [(None, 30.0), ("0", None), ("45", 45.0), ("1m30s", 90.0), ("500ms", 0.5), ("2h", 7200.0)])
+@pytest.mark.parametrize("text,seconds", [(None, 30.0), ("0", None), ("45", 45.0), ("1m30s", 90.0), ("500ms", 0.5),
+                                          ("2h", 7200.0)])
 def test_parse_duration(text: str | None, seconds: float | None) -> None:
     assert parse_duration(text) == seconds
 
@@ -99,7 +100,8 @@ def test_parse_duration_rejects_garbage() -> None:
 
 
 def test_status_body_is_told_apart_from_a_vllm_answer() -> None:
-    status = b'{"kind":"Status","apiVersion":"v1","status":"Failure","message":"x","reason":"ServiceUnavailable","code":503}'
+    status = (b'{"kind":"Status","apiVersion":"v1","status":"Failure","message":"x",'
+              b'"reason":"ServiceUnavailable","code":503}')
     assert is_apiserver_status(status, {"content-type": "application/json"})
     assert not is_apiserver_status(b'{"detail":"Not Found"}', {"content-type": "application/json"})
     assert not is_apiserver_status(b"Internal Server Error", {"content-type": "text/plain"})

@@ -13,7 +13,8 @@ from kubectl_kvreset.kube import HttpAnswer, Kube, KubeConnectionError, retry_af
 
 
 def status(code: int, reason: str) -> HttpAnswer:
-    body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code}).encode()
+    body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
+                       "code": code}).encode()
     return HttpAnswer(code, {"content-type": "application/json", "retry-after": "1"}, body, from_apiserver=True)
 
 

@@ -1,5 +1,5 @@
 """What the running server says: versions by release, the live configuration, redaction, the
-routes of an unknown build (kubectl_kvreset.liveconfig, job.probes)."""
+routes of an unknown build (kubectl_kvreset.engines.vllm.liveconfig, job.probes)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import json
 
 from packaging.version import Version
 
-from kubectl_kvreset.job.probes import contradicts, template_key
-from kubectl_kvreset.liveconfig import (
+from kubectl_kvreset.engines.vllm.api import ResetOutcome
+from kubectl_kvreset.engines.vllm.kvconfig import layout_from_config
+from kubectl_kvreset.engines.vllm.liveconfig import (
     LiveConfig,
     read_openapi,
     read_server_info,
@@ -16,8 +17,8 @@ from kubectl_kvreset.liveconfig import (
     redact,
     release_version,
 )
-from kubectl_kvreset.tiers import TierKind, layout_from_config
-from kubectl_kvreset.vllm_api import ResetOutcome
+from kubectl_kvreset.job.probes import contradicts, template_key
+from kubectl_kvreset.tiers import TierKind
 from tests.sim.fakevllm import FakeVLLM
 
 SECRET = "s3cr3t"
@@ -64,7 +65,8 @@ def test_reconcile_the_live_answer_wins_with_a_note() -> None:
     spec = layout_from_config(None)
     live = LiveConfig(True, {"kv_connector": "OffloadingConnector", "kv_role": "kv_both"})
     layout, note = reconcile(spec, live)
-    assert [t.kind for t in layout.tiers] == [TierKind.GPU, TierKind.CPU] and layout.connectors == ("OffloadingConnector",)
+    assert [t.kind for t in layout.tiers] == [TierKind.GPU, TierKind.CPU] and \
+        layout.connectors == ("OffloadingConnector",)
     assert note is not None and "OffloadingConnector" in note and "pod spec shows connectors none" in note
     assert reconcile(layout, live) == (layout, None)  # they agree: no note
     assert reconcile(layout, LiveConfig(False, None)) == (layout, None)  # unreadable: the spec stays
@@ -112,9 +114,9 @@ def test_template_key_groups_replicas_and_separates_bare_pods() -> None:
 
 
 def test_an_unknown_build_follows_its_openapi_and_its_connector_reset_is_unconfirmed() -> None:
+    from kubectl_kvreset.engines.vllm.liveconfig import RouteSet
     from kubectl_kvreset.job.planning import pod_plan
     from kubectl_kvreset.job.probes import Probe
-    from kubectl_kvreset.liveconfig import RouteSet
     from kubectl_kvreset.podapi import CallFailure
     from kubectl_kvreset.pods import describe_pod
 

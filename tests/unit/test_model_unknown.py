@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from kubectl_kvreset.discovery import VllmPod, describe_pod
+from kubectl_kvreset.engines.vllm.liveconfig import LiveConfig, read_server_info
+from kubectl_kvreset.engines.vllm.servecmd import known_model, model_unknown_reason, parse_container
 from kubectl_kvreset.fs import model_dir_prefixes, plan_fs_clear, run_fs_clear
 from kubectl_kvreset.job.fsclear import fs_row
 from kubectl_kvreset.job.probes import Probe, apply_probe
-from kubectl_kvreset.liveconfig import LiveConfig, read_server_info
-from kubectl_kvreset.servecmd import known_model, model_unknown_reason, parse_container
 from kubectl_kvreset.stores.config import StoreKind, StoreUse
 from kubectl_kvreset.stores.find import FoundStore, StoreUser
 

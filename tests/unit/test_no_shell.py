@@ -41,7 +41,8 @@ def test_no_exec_or_subprocess_takes_a_built_string() -> None:
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))
         for name, node in calls(tree):
-            for arg in list(node.args) + [k.value for k in node.keywords if k.arg in ("args", "command", "argv", "cmd")]:
+            for arg in list(node.args) + [k.value for k in node.keywords
+                                          if k.arg in ("args", "command", "argv", "cmd")]:
                 if is_string_built_from_data(arg):
                     offenders.append(f"{path.name}:{node.lineno} {name}() gets a string built from data")
             for kw in node.keywords:
@@ -75,4 +76,5 @@ def test_every_exec_argv_is_a_list() -> None:
         tree = ast.parse(path.read_text())
         for name, node in calls(tree):
             if name == "exec_command" and len(node.args) >= 4:
-                assert not isinstance(node.args[3], (ast.Constant, ast.JoinedStr, ast.BinOp)), f"{path.name}:{node.lineno}"
+                assert not isinstance(node.args[3], (ast.Constant, ast.JoinedStr, ast.BinOp)), \
+                    f"{path.name}:{node.lineno}"

@@ -29,7 +29,8 @@ from kubectl_kvreset.rollout import RestartResult
 from tests.beside import LLM_D_FIXTURES, needs_beside
 
 
-def _pod(*containers: dict[str, Any], labels: dict[str, str] | None = None, name: str = "p-abc12-xyz") -> dict[str, Any]:
+def _pod(*containers: dict[str, Any], labels: dict[str, str] | None = None,
+         name: str = "p-abc12-xyz") -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": "ns", "uid": "u-" + name, "labels": labels or {},
                      "ownerReferences": [{"kind": "ReplicaSet", "name": "srv-abc12", "controller": True}]},
@@ -90,7 +91,8 @@ def test_not_entrypoints(words: list[str]) -> None:
 
 def test_ports_and_scripts() -> None:
     sglang = _c(command=["/bin/bash", "-c"], args=[
-        "# SGLang on the llm-d port\nset -e\nexec python3 -m sglang.launch_server \\\n  --model-path $MODEL --port $PORT"],
+        "# SGLang on the llm-d port\nset -e\nexec python3 -m sglang.launch_server \\\n"
+        "  --model-path $MODEL --port $PORT"],
         env=[{"name": "PORT", "value": "8000"}, {"name": "MODEL", "value": "m"}])
     assert _found(_pod(sglang)) == [("main", SGLANG, 8000)]
     assert _found(_pod(_c(command=["python3", "-m", "sglang.launch_server", "--model-path", "m"]))) == [

@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
+from kubectl_kvreset.engines.vllm.kvconfig import layout_from_config, layout_from_serve
+from kubectl_kvreset.engines.vllm.servecmd import parse_container
 from kubectl_kvreset.plan import (
     REMEDY_CLEAR_FS,
     REMEDY_RESTART,
@@ -15,8 +17,7 @@ from kubectl_kvreset.plan import (
     TierEffect,
     api_reset_effects,
 )
-from kubectl_kvreset.servecmd import parse_container
-from kubectl_kvreset.tiers import KVLayout, Tier, TierKind, layout_from_config, layout_from_serve
+from kubectl_kvreset.tiers import KVLayout, Tier, TierKind
 
 from .llmd_fixtures import vllm_container
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
+from kubectl_kvreset.engines.vllm.kvconfig import layout_from_config
 from kubectl_kvreset.plan import api_reset_effects, plan_pod_steps
-from kubectl_kvreset.tiers import TierKind, layout_from_config
+from kubectl_kvreset.tiers import TierKind
 
 TIERED = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
           "kv_connector_extra_config": {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 10**9,

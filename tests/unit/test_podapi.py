@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kubectl_kvreset.engines.vllm.api import ResetOutcome
 from kubectl_kvreset.kube import ExecResult, HttpAnswer, KubeApiError
 from kubectl_kvreset.podapi import CallFailure, PodCaller, PodRef, Transport, Transports, probe_version, reset
-from kubectl_kvreset.vllm_api import ResetOutcome
 
 REF = PodRef("ns", "pod-a", "vllm")
 
@@ -92,7 +92,8 @@ def test_a_refusal_is_remembered_per_namespace_and_verb() -> None:
 
 def test_unreachable_pod_network_moves_to_port_forward() -> None:
     timeout = status(503, "ServiceUnavailable", "error trying to reach service: dial tcp 10.0.0.5:8000: i/o timeout")
-    kube = FakeKube(proxy=[timeout], exec_=[ExecResult(None, b"", b"", 'exec: "python3": executable file not found in $PATH')],
+    kube = FakeKube(proxy=[timeout],
+                    exec_=[ExecResult(None, b"", b"", 'exec: "python3": executable file not found in $PATH')],
                     pf=[vllm(200, b'{"version":"0.26.0"}')])
     assert probe_version(caller(kube), REF, 8000) == "0.26.0"
     assert kube.calls == ["proxy", "exec", "pf"]
@@ -122,7 +123,8 @@ def test_vllm_5xx_is_retried_a_bounded_number_of_times() -> None:
 
 
 def test_busy_retries_until_free() -> None:
-    kube = FakeKube(proxy=[vllm(200, b'{"success":false}'), vllm(200, b'{"success":false}'), vllm(200, b'{"success":true}')])
+    kube = FakeKube(proxy=[vllm(200, b'{"success":false}'), vllm(200, b'{"success":false}'),
+                           vllm(200, b'{"success":true}')])
     got = reset(caller(kube, "proxy"), REF, 8000, "/reset_prefix_cache", [])
     assert (got.outcome, got.busy_answers, got.calls) == (ResetOutcome.CLEARED, 2, 3)
 
@@ -130,7 +132,8 @@ def test_busy_retries_until_free() -> None:
 def test_busy_past_the_timeout_stays_busy() -> None:
     ticks = iter(range(0, 1000, 10))
     kube = FakeKube(proxy=[vllm(200, b'{"success":false}')])
-    got = reset(caller(kube, "proxy"), REF, 8000, "/reset_prefix_cache", [], busy_timeout_s=25, clock=lambda: next(ticks))
+    got = reset(caller(kube, "proxy"), REF, 8000, "/reset_prefix_cache", [], busy_timeout_s=25,
+                clock=lambda: next(ticks))
     assert got.outcome is ResetOutcome.BUSY and got.busy_answers >= 1
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kubectl_kvreset.devmode import describe_replacements, owner_templates, read_template_dev_mode
-from kubectl_kvreset.imagever import image_claimed_version, version_mismatch
+from kubectl_kvreset.engines.vllm.imagever import image_claimed_version, version_mismatch
 from kubectl_kvreset.pods import read_dev_mode
 from kubectl_kvreset.podstate import metrics_500_hint, not_running
 
@@ -32,7 +32,8 @@ def test_container_creating_and_image_pull() -> None:
         {"name": "vllm", "state": {"waiting": {"reason": "ContainerCreating"}}}]}), "vllm")
     assert creating is not None and creating.state == "ContainerCreating"
     pull = not_running(pod({"phase": "Pending", "containerStatuses": [
-        {"name": "vllm", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling"}}}]}), "vllm")
+        {"name": "vllm", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling"}}}]}),
+        "vllm")
     assert pull is not None and (pull.state, pull.cause) == ("ImagePullBackOff", "Back-off pulling")
 
 
@@ -93,7 +94,8 @@ def test_crash_loop_names_a_referenced_invalid_value(env: list[dict[str, Any]], 
 @pytest.mark.parametrize("value", ["1", "0", " 2", "+1"])
 def test_a_referenced_value_vllm_accepts_is_not_blamed(value: str) -> None:
     # vllm/envs.py: bool(int(os.getenv("VLLM_SERVER_DEV_MODE", "0"))): int() parses these
-    p = pod(CRASHING, env=[{"name": "VLLM_SERVER_DEV_MODE", "valueFrom": {"configMapKeyRef": {"name": "f", "key": "k"}}}])
+    p = pod(CRASHING, env=[{"name": "VLLM_SERVER_DEV_MODE",
+                            "valueFrom": {"configMapKeyRef": {"name": "f", "key": "k"}}}])
     got = not_running(p, "vllm", dev_mode=read_dev_mode(p["spec"]["containers"][0]),
                       resolved=_resolved(p, {("ConfigMap", "f"): {"k": value}}))
     assert got is not None and "VLLM_SERVER_DEV_MODE" not in got.cause

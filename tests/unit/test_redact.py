@@ -118,7 +118,7 @@ def test_every_value_of_a_list_flag_is_masked_up_to_the_next_flag() -> None:
 
 
 def test_a_config_files_list_of_api_keys_is_masked() -> None:
-    from kubectl_kvreset.configfile import config_args
+    from kubectl_kvreset.engines.vllm.configfile import config_args
 
     args, _notes = config_args(f"port: 8000\napi-key: [a{S}, b{S}]\nmax-model-len: 4096\n", "/etc/vllm/c.yaml")
     out = redact_argv(["vllm", "serve", "m", "--config", "/etc/vllm/c.yaml", *args])

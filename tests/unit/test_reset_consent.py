@@ -9,6 +9,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from kubectl_kvreset.engines.vllm.kvconfig import layout_from_config
 from kubectl_kvreset.job.planning import pod_plan, store_wide_reset
 from kubectl_kvreset.job.probes import Probe
 from kubectl_kvreset.job.resetconsent import ResetHold, from_mooncake_connector, reset_holds
@@ -19,7 +20,7 @@ from kubectl_kvreset.stores.calls import plan_calls
 from kubectl_kvreset.stores.config import Address, StoreKind, StoreUse
 from kubectl_kvreset.stores.find import FoundStore, StoreUser
 from kubectl_kvreset.stores.resolve import Endpoint, Resolution
-from kubectl_kvreset.tiers import TierKind, layout_from_config
+from kubectl_kvreset.tiers import TierKind
 
 MOONCAKE = {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
 MULTI = {"kv_connector": "MultiConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"connectors": [
@@ -156,10 +157,10 @@ def test_layout_of_the_multi_connector_pod() -> None:
 def _outcome(pods: list[VllmPod], version: str) -> tuple[Any, Any]:
     from types import SimpleNamespace
 
+    from kubectl_kvreset.engines.vllm.api import ResetAnswer, ResetOutcome
     from kubectl_kvreset.job.outcome import RunResults, build_outcome
     from kubectl_kvreset.job.planning import ClearOptions, Plan
     from kubectl_kvreset.podapi import ResetResult
-    from kubectl_kvreset.vllm_api import ResetAnswer, ResetOutcome
 
     plans = [pod_plan(p, Probe(version, None), "none", False) for p in pods]
     scope = SimpleNamespace(namespace="st", skipped=(), skipped_others=(), pods=tuple(pods))
@@ -198,7 +199,8 @@ def test_the_cache_reset_row_says_where_a_store_emptied_by_clear_store_went() ->
 # --- LMCacheMPConnector: vLLM 0.32 loads LMCache's class, whose reset_cache clears the MP server's L1
 
 MP = {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
-      "kv_connector_extra_config": {"lmcache.mp.host": "tcp://lmcache-mp.st.svc.cluster.local", "lmcache.mp.port": 5555}}
+      "kv_connector_extra_config": {"lmcache.mp.host": "tcp://lmcache-mp.st.svc.cluster.local",
+                                    "lmcache.mp.port": 5555}}
 MP_SERVER = "lmcache-mp.st.svc.cluster.local:5555"
 
 
@@ -287,7 +289,8 @@ def test_upstream_mp_in_the_env_loads_vllms_own_class_which_has_no_hook() -> Non
     assert store_wide_reset(ext.layout, Version("0.32.0"))
     # vLLM's own module path still goes through the resolver
     own = mp_pod("own", {**MP, "kv_connector_module_path": "vllm.distributed.kv_transfer.kv_connector.v1."
-                                                            "lmcache_mp_connector"}, env={"LMCACHE_USE_UPSTREAM_MP": "1"})
+                                                            "lmcache_mp_connector"},
+                 env={"LMCACHE_USE_UPSTREAM_MP": "1"})
     assert not store_wide_reset(own.layout, Version("0.32.0"))
 
 
@@ -364,8 +367,8 @@ def test_the_store_row_shows_the_count_before_the_resets_and_what_the_store_step
     [done] = out.done  # the typed result says the same as the row
     assert (done.result, done.before, done.after) == ("emptied", 6, 0)
     assert (row["result"], row["before"], row["after"]) == ("emptied", 6, 0) and out.exit_code is ExitCode.OK
-    assert row["message"].startswith("6 objects before the targets' resets") and "0 objects when the store step ran" in \
-        row["message"] and "0 -> 0 bytes" in row["message"]
+    assert row["message"].startswith("6 objects before the targets' resets") and \
+        "0 objects when the store step ran" in row["message"] and "0 -> 0 bytes" in row["message"]
     assert with_counts_before_reset(report, plan, {}).rows == report.rows
 
 
@@ -373,7 +376,7 @@ def test_a_pod_whose_live_configuration_alone_shows_lmcache_mp_is_held() -> None
     """``--kv-offloading-backend lmcache`` makes vLLM 0.32 run LMCacheMPConnector
     (``vllm/config/vllm.py::_post_init_kv_transfer_config``) where the spec shows another
     connector: the running server's configuration decides, and its store is not known."""
-    from kubectl_kvreset.liveconfig import LiveConfig
+    from kubectl_kvreset.engines.vllm.liveconfig import LiveConfig
 
     pod = vllm("off", {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
     holds = reset_holds([pod], [], shared=False)

@@ -1,4 +1,4 @@
-"""rollout.py: kubectl's Deployment rule, the LeaderWorkerSet rule, patches, ordering, and the
+"""kubectl_kvreset.rollout: kubectl's Deployment rule, the LeaderWorkerSet rule, patches, ordering, and the
 wait / re-read logic against an in-memory API."""
 
 from __future__ import annotations
@@ -115,10 +115,12 @@ def test_restart_timestamp_is_rfc3339_with_offset() -> None:
 def test_restart_patches() -> None:
     assert deployment_restart_patch("T") == {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: "T"}}}}}
     worker_only = lws_restart_patch(lws_obj(), "T")
-    assert worker_only == {"spec": {"leaderWorkerTemplate": {"workerTemplate": {"metadata": {"annotations": {RESTARTED_AT: "T"}}}}}}
+    stamp = {"metadata": {"annotations": {RESTARTED_AT: "T"}}}
+    assert worker_only == {"spec": {"leaderWorkerTemplate": {"workerTemplate": stamp}}}
     with_leader = lws_obj()
     with_leader["spec"]["leaderWorkerTemplate"]["leaderTemplate"] = {"spec": {}}
-    assert set(lws_restart_patch(with_leader, "T")["spec"]["leaderWorkerTemplate"]) == {"workerTemplate", "leaderTemplate"}
+    templates = lws_restart_patch(with_leader, "T")["spec"]["leaderWorkerTemplate"]
+    assert set(templates) == {"workerTemplate", "leaderTemplate"}
 
 
 def test_role_phases() -> None:
@@ -272,7 +274,8 @@ def test_paused_deployment_is_refused_and_not_patched() -> None:
 
 
 def test_unsupported_kind_and_controller_owned_are_refused() -> None:
-    kube = FakeKube([deployment_obj("d", ownerReferences=[{"kind": "DisaggregatedSet", "name": "ds", "controller": True}])])
+    owned_by = [{"kind": "DisaggregatedSet", "name": "ds", "controller": True}]
+    kube = FakeKube([deployment_obj("d", ownerReferences=owned_by)])
     assert restart_owner(kube, "ns", Owner("ReplicaSet", "rs"), timeout_s=5).result == "refused"
     res = restart_owner(kube, "ns", Owner("Deployment", "d"), timeout_s=5)
     assert res.result == "refused" and "DisaggregatedSet/ds" in res.message and kube.patches == []
@@ -328,13 +331,15 @@ def test_patch_4xx_is_a_failure_without_retry() -> None:
 def test_set_dev_mode_second_run_sends_nothing_and_disable_removes() -> None:
     kube = FakeKube([deployment_obj("d", [{"name": "A", "value": "a"}])])
     first = set_dev_mode(kube, "ns", Owner("Deployment", "d"), enable=True, timeout_s=30)
-    assert first.result == "enabled" and "unauthenticated" in first.message.replace("without authentication", "unauthenticated")
+    assert first.result == "enabled"
+    assert "unauthenticated" in first.message.replace("without authentication", "unauthenticated")
     assert "--disable deployment/d" in first.message and "caches are empty" in first.message
     second = set_dev_mode(kube, "ns", Owner("Deployment", "d"), enable=True, timeout_s=30)
     assert second.result == "unchanged" and len(kube.patches) == 1 and second.state == "on"
     off = set_dev_mode(kube, "ns", Owner("Deployment", "d"), enable=False, timeout_s=30)
     assert off.result == "disabled" and off.state == "off"
-    assert kube.objs[("Deployment", "d")]["spec"]["template"]["spec"]["containers"][0]["env"] == [{"name": "A", "value": "a"}]
+    container = kube.objs[("Deployment", "d")]["spec"]["template"]["spec"]["containers"][0]
+    assert container["env"] == [{"name": "A", "value": "a"}]
 
 
 def test_set_dev_mode_refuses_managed_owner_unless_ignored() -> None:
@@ -384,7 +389,8 @@ class RacingKube(FakeKube):
             self.conflicts += 1
             self.patches.append((name, body, content_type))
             raise KubeApiError(409, "Conflict", f'Operation cannot be fulfilled on deployments.apps "{name}": the '
-                               "object has been modified; please apply your changes to the latest version and try again")
+                               "object has been modified; please apply your changes to the latest version and "
+                               "try again")
         out = super().send_json(method, path, body, content_type=content_type, query=query)
         o["metadata"]["resourceVersion"] = str(int(o["metadata"]["resourceVersion"]) + 1)
         out["metadata"]["resourceVersion"] = o["metadata"]["resourceVersion"]

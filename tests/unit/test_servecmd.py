@@ -1,4 +1,4 @@
-"""Tests of kubectl_kvreset.servecmd: every command-line form, the fixtures, and a property."""
+"""Tests of kubectl_kvreset.engines.vllm.servecmd: every command-line form, the fixtures, and a property."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubectl_kvreset.servecmd import (
+from kubectl_kvreset.engines.vllm.servecmd import (
     ServeCommandError,
     ServeConfig,
     expand_human_readable_json,
@@ -580,7 +580,7 @@ def test_engines_behind_each_port(flags: list[str], engines: int) -> None:
 
 
 def test_python_module_finds_the_module_after_interpreter_options() -> None:
-    from kubectl_kvreset.servecmd import python_module
+    from kubectl_kvreset.engines.vllm.servecmd import python_module
 
     assert python_module(["/usr/bin/python3", "-u", "-X", "utf8", "-m", "sglang.launch_server", "--port", "1"]) == (
         "sglang.launch_server", 6)

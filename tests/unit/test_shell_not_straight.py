@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kubectl_kvreset.discovery import VllmPod, describe_pod
-from kubectl_kvreset.servecmd import unevaluated_in
+from kubectl_kvreset.engines.vllm.servecmd import unevaluated_in
 from kubectl_kvreset.shellscript import Shell
 from kubectl_kvreset.tiers import TierKind
 

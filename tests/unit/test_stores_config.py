@@ -86,7 +86,8 @@ def test_multi_connector_mp_and_mooncake_key_spellings() -> None:
         assert mp.kind is StoreKind.LMCACHE_MP and mp.address is not None
         assert (mp.address.host, mp.address.port) == ("10.1.2.3", 6555)
         assert mc.kind is StoreKind.MOONCAKE and mc.scope == "store" and mc.address is not None
-        assert mc.address.host == "mooncake-master.mc.svc.cluster.local" and mc.source.startswith("MOONCAKE_CONFIG_PATH")
+        assert mc.address.host == "mooncake-master.mc.svc.cluster.local" and \
+            mc.source.startswith("MOONCAKE_CONFIG_PATH")
     [mc] = stores_of({"kv_connector": "MooncakeStoreConnector"}, {"MOONCAKE_CONFIG_PATH": "/m.json"},
                      {"/m.json": "{}"}, model="m")
     assert mc.address is None and "no master_server_address" in mc.notes[0]
@@ -121,7 +122,8 @@ def test_resolve_env_envfrom_valuefrom_fieldref() -> None:
 
     container = {"envFrom": [{"configMapRef": {"name": "base"}, "prefix": "LMCACHE_"},
                              {"secretRef": {"name": "locked"}}],
-                 "env": [{"name": "LMCACHE_REMOTE_URL", "valueFrom": {"secretKeyRef": {"name": "redis-auth", "key": "url"}}},
+                 "env": [{"name": "LMCACHE_REMOTE_URL",
+                          "valueFrom": {"secretKeyRef": {"name": "redis-auth", "key": "url"}}},
                          {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
                          {"name": "MP", "value": "tcp://$(IP)"},
                          {"name": "GONE", "valueFrom": {"configMapKeyRef": {"name": "missing", "key": "k"}}}]}

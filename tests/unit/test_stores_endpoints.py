@@ -94,7 +94,8 @@ def _redis_store(url: str, *, unlisted: tuple[str, ...] = ()) -> FoundStore:
 
     addr = parse_address(url)
     use = StoreUse(StoreKind.REDIS, addr, "model", model="org/m")
-    return FoundStore(StoreKind.REDIS, addr, Resolution("service", "st", "kv", addr.port, (Endpoint("st", "kv-0", 6379),)),
+    return FoundStore(StoreKind.REDIS, addr,
+                      Resolution("service", "st", "kv", addr.port, (Endpoint("st", "kv-0", 6379),)),
                       (StoreUser(_Pod("a"), use, True),), unlisted)  # type: ignore[arg-type]
 
 
@@ -124,7 +125,8 @@ def test_lmcache_settings_from_a_secret_or_envfrom_are_said_not_read_in_the_tier
                "name": "vllm", "image": "vllm/vllm-openai:v0.32.0",
                "command": ["vllm", "serve", "org/m"],
                "args": ["--kv-transfer-config", '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}'],
-               "env": [{"name": "LMCACHE_REMOTE_URL", "valueFrom": {"secretKeyRef": {"name": "redis-url", "key": "url"}}}],
+               "env": [{"name": "LMCACHE_REMOTE_URL",
+                        "valueFrom": {"secretKeyRef": {"name": "redis-url", "key": "url"}}}],
                "envFrom": [{"configMapRef": {"name": "lmc"}}]}]},
            "status": {"phase": "Running"}}
     described = describe_pod(pod)

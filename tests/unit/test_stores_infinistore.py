@@ -84,7 +84,8 @@ def _store(kind: StoreKind, *, targeted_only: bool = True) -> FoundStore:
 
 
 def test_infinistore_is_registered_store_wide() -> None:
-    assert StoreKind.INFINISTORE in CLEARERS and METHODS[StoreKind.INFINISTORE](_store(StoreKind.INFINISTORE), None) == "POST /purge"
+    assert StoreKind.INFINISTORE in CLEARERS and \
+        METHODS[StoreKind.INFINISTORE](_store(StoreKind.INFINISTORE), None) == "POST /purge"
     [alone] = plan_calls([_store(StoreKind.INFINISTORE)], shared=False)
     assert (alone.scope, alone.method, alone.blocked) == ("store", "POST /purge", None)
     [shared] = plan_calls([_store(StoreKind.INFINISTORE, targeted_only=False)], shared=False)

@@ -57,13 +57,15 @@ class FakeMp:
     def _clear(self, force: bool) -> None:
         self.objects = 0 if force else min(self.objects, self.locked)
 
-    def __call__(self, method: str, path: str, query: Sequence[tuple[str, str]], body: bytes | None) -> tuple[int, bytes]:
+    def __call__(self, method: str, path: str, query: Sequence[tuple[str, str]],
+                 body: bytes | None) -> tuple[int, bytes]:
         parsed = json.loads(body) if body else None
         self.calls.append((method, path, parsed))
         v = tuple(int(x) for x in self.version.split("."))
         status_path = "/api/status" if v < (0, 5, 0) else "/status"
         if path == status_path:
-            return (200, json.dumps(self._status()).encode()) if method == "GET" else (405, b'{"detail":"Method Not Allowed"}')
+            return (200, json.dumps(self._status()).encode()) if method == "GET" else \
+                (405, b'{"detail":"Method Not Allowed"}')
         if v >= (0, 5, 1) and path == "/cache/clear":
             if method != "POST":
                 return 405, b'{"detail":"Method Not Allowed"}'
@@ -165,9 +167,9 @@ def test_status_shapes() -> None:
     assert parse_status(FakeMp(status_shape="single")._status()).objects == 6
     unknown = parse_status(FakeMp(status_shape="none")._status())
     assert (unknown.objects, unknown.bytes) == (None, None)
-    assert parse_status({"storage_manager": {"l1_managers": {"a": {"total_object_count": 2, "memory_used_bytes": 10},
-                                                             "b": {"total_object_count": 3, "memory_used_bytes": 5}}}}) \
-        == L1Count(5, 15)
+    assert parse_status({"storage_manager": {"l1_managers": {
+        "a": {"total_object_count": 2, "memory_used_bytes": 10},
+        "b": {"total_object_count": 3, "memory_used_bytes": 5}}}}) == L1Count(5, 15)
     assert parse_status([1, 2]).objects is None
     # a count that cannot be read is never emptied
     done = clear_l1(FakeMp(status_shape="none"))
@@ -249,11 +251,13 @@ def test_the_clearer_reaches_each_pod_on_its_http_port() -> None:
     assert kube.servers["a"].objects == 0 and kube.servers["b"].objects == 0
     # a refused pod proxy fails the row and names the permission
     kube = FakeKube({"a": _pod("a", ["lmcache", "server"])}, {})
-    done = run_call(kube, StoreCall(FoundStore(StoreKind.LMCACHE_MP, None, Resolution("pod", "mp", "a", None, eps[:1]), ()),
+    done = run_call(kube, StoreCall(FoundStore(StoreKind.LMCACHE_MP, None,
+                                               Resolution("pod", "mp", "a", None, eps[:1]), ()),
                                     "store", None, clear_method()))  # type: ignore[arg-type]
     assert done.result == "failed" and 'cannot create resource "pods/proxy"' in (done.message or "")
     # a ZMQ-only server: nothing is called
     kube = FakeKube({"a": _pod("a", ["python3", "-m", "lmcache.v1.multiprocess.server"])}, {})
-    done = run_call(kube, StoreCall(FoundStore(StoreKind.LMCACHE_MP, None, Resolution("pod", "mp", "a", None, eps[:1]), ()),
+    done = run_call(kube, StoreCall(FoundStore(StoreKind.LMCACHE_MP, None,
+                                               Resolution("pod", "mp", "a", None, eps[:1]), ()),
                                     "store", None, clear_method()))  # type: ignore[arg-type]
     assert done.result == "left" and "ZMQ-only" in (done.message or "") and kube.proxied == []

@@ -18,9 +18,11 @@ def pod(ns: str, name: str, ip: str, *, host_ip: str = "10.9.0.1", host_network:
 
 SVC = {"metadata": {"namespace": "lmc", "name": "kv-redis"},
        "spec": {"clusterIP": "10.96.0.7", "ports": [{"name": "redis", "port": 6379, "targetPort": "redis"}]}}
-SLICE = {"metadata": {"namespace": "lmc", "name": "kv-redis-abcde", "labels": {"kubernetes.io/service-name": "kv-redis"}},
+SLICE = {"metadata": {"namespace": "lmc", "name": "kv-redis-abcde",
+                      "labels": {"kubernetes.io/service-name": "kv-redis"}},
          "ports": [{"name": "redis", "port": 6380}],
-         "endpoints": [{"conditions": {"ready": True}, "targetRef": {"kind": "Pod", "namespace": "lmc", "name": "redis-0"}}]}
+         "endpoints": [{"conditions": {"ready": True},
+                        "targetRef": {"kind": "Pod", "namespace": "lmc", "name": "redis-0"}}]}
 CLIENT = pod("llm", "vllm-0", "10.0.0.5", host_ip="10.9.0.1")
 MP = pod("lmc", "lmcache-mp-x1", "10.9.0.1", host_network=True, ports=(6555,), args=["server", "--http-port", "8181"])
 INDEX = ClusterIndex([SVC], [SLICE], [CLIENT, MP, pod("lmc", "redis-0", "10.0.0.8", ports=(6380,))])
@@ -77,7 +79,8 @@ def test_a_refused_service_list_is_never_does_not_exist() -> None:
     # services of llm could not be listed (403): the address is unresolved, naming the
     # permission and the Role rule, never "does not exist" or "outside the cluster"
     index = ClusterIndex([], [], [CLIENT], unlisted=["other namespaces", "llm"], denied=[DENIED],
-                         forbidden={("services", ""): DENIED.replace(' in the namespace "llm"', " at the cluster scope"),
+                         forbidden={("services", ""): DENIED.replace(' in the namespace "llm"',
+                                                                     " at the cluster scope"),
                                     ("services", "llm"): DENIED},
                          listed={"services": frozenset(), "endpointslices": None, "pods": None})
     res = index.resolve(parse_address("kv-redis:6379"), CLIENT)

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from kubectl_kvreset.servecmd import parse_argv, parse_container
-from kubectl_kvreset.tiers import KVLayout, Tier, TierKind, layout_from_config, layout_from_serve
+from kubectl_kvreset.engines.vllm.kvconfig import layout_from_config, layout_from_serve
+from kubectl_kvreset.engines.vllm.servecmd import parse_argv, parse_container
+from kubectl_kvreset.tiers import KVLayout, Tier, TierKind
 
 from .llmd_fixtures import vllm_container
 

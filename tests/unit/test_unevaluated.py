@@ -14,16 +14,17 @@ from typing import Any
 
 import pytest
 
-from kubectl_kvreset.configfile import ConfigFileError, ConfigSource, decode_key
 from kubectl_kvreset.discovery import VllmPod, describe_pod
+from kubectl_kvreset.engines.vllm.configfile import ConfigFileError, ConfigSource, decode_key
+from kubectl_kvreset.engines.vllm.kvconfig import layout_from_serve
+from kubectl_kvreset.engines.vllm.servecmd import parse_container, unevaluated_in
 from kubectl_kvreset.fs import ExecChoice, FsVolumeTarget, plan_fs_clear, run_fs_clear
 from kubectl_kvreset.job.fsclear import fs_row, row_code
 from kubectl_kvreset.kube import ExecResult
 from kubectl_kvreset.plan import api_reset_effects, plan_pod_steps
 from kubectl_kvreset.report import Column, ExitCode, Report, cell, escaped
-from kubectl_kvreset.servecmd import parse_container, unevaluated_in
 from kubectl_kvreset.shellscript import Shell
-from kubectl_kvreset.tiers import TierKind, layout_from_serve
+from kubectl_kvreset.tiers import TierKind
 
 MODEL = "Qwen/Qwen3-0.6B"
 

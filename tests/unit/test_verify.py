@@ -1,4 +1,4 @@
-"""Unit tests for the canary's pure parts (kubectl_kvreset.vllm_canary) and the verdicts of
+"""Unit tests for the canary's pure parts (kubectl_kvreset.engines.vllm.canary) and the verdicts of
 kubectl_kvreset.job.verify."""
 
 from __future__ import annotations
@@ -7,8 +7,14 @@ import json
 
 import pytest
 
+from kubectl_kvreset.engines.vllm.canary import (
+    cache_counters,
+    cached_tokens,
+    canary_body,
+    canary_tokens,
+    valid_salt,
+)
 from kubectl_kvreset.job.verify import EngineProof, Reading, source_text, verdict, warm_tiers
-from kubectl_kvreset.vllm_canary import cache_counters, cached_tokens, canary_body, canary_tokens, valid_salt
 
 METRICS = """\
 # HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
@@ -90,7 +96,7 @@ def test_sources_and_connector_tiers() -> None:
 
 
 def test_remote_kv_500_is_busy() -> None:
-    from kubectl_kvreset.vllm_api import ResetOutcome, read_reset_answer
+    from kubectl_kvreset.engines.vllm.api import ResetOutcome, read_reset_answer
 
     body = json.dumps({"error": {"message": "Call to reset_prefix_cache method failed: Failed to reset KV cache even "
                                             "when all the running requests are preempted and moved to the waiting "
@@ -153,7 +159,8 @@ def test_an_engine_whose_reset_was_busy_is_never_cold() -> None:
     # a miss on a busy engine (its canary evicted, say) proves nothing: busy, never cold
     assert verdict(e1) == ("busy", f"busy: {BUSY_TEXT}")
     # a hit stays warm: the measurement is the stronger statement
-    hit = EngineProof("ns", "p", "vllm", 8000, "1", block_size=16, probes=[Reading("api-reset", "p", 32, {"device": 32})])
+    hit = EngineProof("ns", "p", "vllm", 8000, "1", block_size=16,
+                      probes=[Reading("api-reset", "p", 32, {"device": 32})])
     mark_busy(busy_port(("0",)), [hit])  # type: ignore[arg-type]
     assert verdict(hit)[0] == "warm"
     # one engine, no split: busy too

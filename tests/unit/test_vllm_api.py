@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from kubectl_kvreset.vllm_api import (
+from kubectl_kvreset.engines.vllm.api import (
     MetricsParseError,
     ResetOutcome,
     extra_reset_routes,
@@ -23,7 +23,8 @@ from tests.unit.data import METRICS_SAMPLE as SAMPLE
     (200, b'{"success":false}', ResetOutcome.BUSY, True),
     (200, b"", ResetOutcome.UNCONFIRMED, False),
     (404, b'{"detail":"Not Found"}', ResetOutcome.DEV_MODE_OFF, False),
-    (500, b'{"error":{"message":"Call to reset_prefix_cache method failed","type":"InternalServerError","param":null,"code":500}}',
+    (500, b'{"error":{"message":"Call to reset_prefix_cache method failed","type":"InternalServerError",'
+          b'"param":null,"code":500}}',
      ResetOutcome.SERVER_ERROR, True),
     (500, b"Internal Server Error", ResetOutcome.SERVER_ERROR, True),
     (400, b'{"error":{"message":"1 validation error","type":"Bad Request","param":"query.reset_external","code":400}}',
@@ -57,7 +58,8 @@ def test_extra_routes_follow_the_version() -> None:
 
 def test_reset_query() -> None:
     assert reset_query(Version("0.26.0")) == [("reset_external", "true")]
-    assert reset_query(None, reset_running_requests=True) == [("reset_external", "true"), ("reset_running_requests", "true")]
+    assert reset_query(None, reset_running_requests=True) == [
+        ("reset_external", "true"), ("reset_running_requests", "true")]
 
 
 def test_metrics_sample_parses_with_new_names() -> None:

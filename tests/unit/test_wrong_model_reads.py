@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from kubectl_kvreset.engines.vllm.servecmd import DEFAULT_MODEL, known_model, parse_argv, parse_container
 from kubectl_kvreset.pods import pod_env
-from kubectl_kvreset.servecmd import DEFAULT_MODEL, known_model, parse_argv, parse_container
 from kubectl_kvreset.shellscript import Shell, ansi_c_decode
 from tests.sim.serveargs import parse_vllm_argv
 
@@ -56,7 +56,8 @@ def test_the_next_flag_ends_a_multi_value_flag() -> None:
     assert sim is not None and sim.model == "org/a"
 
 
-@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.26.0", "ghcr.io/llm-d/llm-d-cuda:v0.4.0", "vllm/vllm-openai:latest"])
+@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.26.0", "ghcr.io/llm-d/llm-d-cuda:v0.4.0",
+                                   "vllm/vllm-openai:latest"])
 def test_no_model_on_another_release_is_unknown(image: str) -> None:
     argv = (["vllm", "serve"] if "vllm-openai" in image else ["python3", "-m", "vllm.entrypoints.openai.api_server"])
     cfg = parse_container(container([*argv, "--api-key", "k", "org/a"], image=image), {})

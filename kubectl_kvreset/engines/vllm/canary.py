@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .vllm_api import MetricsParseError, engine_order
+from .api import MetricsParseError, engine_order
 
 #: Where a cached prompt token came from: the ``source`` values of
 #: ``vllm:prompt_tokens_cached_by_source`` (vLLM 0.32.0 ``vllm/v1/metrics/loggers.py``) and the

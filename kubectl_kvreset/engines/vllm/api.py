@@ -307,7 +307,7 @@ class EngineCount:
         labels: their ``engine`` label values on ``/metrics`` (``()`` when the count comes from
             the flags alone).
         source: ``"metrics"`` (the ``engine`` labels of ``GET /metrics``) or ``"flags"``
-            (the serve flags, ``kubectl_kvreset.servecmd.engines_behind_port``).
+            (the serve flags, ``kubectl_kvreset.engines.vllm.servecmd.engines_behind_port``).
         note: a disagreement between the two sources, or why ``/metrics`` could not say; None
             when they agree or the labels were not needed.
         unknown: why the count is not established (the flags do not give it and ``/metrics``
@@ -330,7 +330,7 @@ def engine_count(flag_engines: int, labels: Sequence[str] | None, *, unread: str
     not read, then ``unread`` says why).
 
     ``flags_unknown``: why the flags do not establish their count (a ``$(VAR)`` not resolved,
-    :attr:`kubectl_kvreset.servecmd.ServeConfig.engines_unknown`); ``flags_secret``: their
+    :attr:`kubectl_kvreset.engines.vllm.servecmd.ServeConfig.engines_unknown`); ``flags_secret``: their
     count was read from a Secret, so it is never written in a note.
 
     The labels win when there are any: they are what the running server reports, while the

@@ -26,7 +26,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from .tiers import KVLayout, Tier, layout_from_config, mark_unevaluated
+from ...tiers import KVLayout, Tier
+from .kvconfig import layout_from_config, mark_unevaluated
 
 #: The first release whose ``/version`` the research checked; below it a build counts as unknown.
 KNOWN_SINCE = Version("0.7.0")
@@ -124,7 +125,7 @@ def reconcile(spec: KVLayout, live: LiveConfig, env: Mapping[str, str] | None = 
     environment (LMCache reads ``LMCACHE_*`` from it); ``unevaluated`` the constructs the
     command line's reader left as written (``ServeConfig.unevaluated``): an FS root still
     holding one, e.g. an LMCache ``local_disk`` from the spec's env, is marked
-    (:func:`~kubectl_kvreset.tiers.mark_unevaluated`). An unreadable answer keeps the spec's
+    (:func:`~kubectl_kvreset.engines.vllm.kvconfig.mark_unevaluated`). An unreadable answer keeps the spec's
     layout with no note.
     """
     if not live.readable:
