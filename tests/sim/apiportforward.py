@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .apibase import _Handler
 from .apierrors import bad_request
@@ -52,23 +53,10 @@ class PortForwardHandler:
             le = port.to_bytes(2, "little")
             ws.send(2 * i, le)
             ws.send(2 * i + 1, le)
-            listening = runtime is not None and (served is None or port in served)
-            upstream = None
-            connect = getattr(runtime, "connect", None)
-            if listening and connect is not None:
-                # a real server: the data channel is its TCP connection, byte for byte
-                upstream = connect(port)
-                listening = upstream is not None
-            if not listening:
+            mine = _forward_socket(runtime, served, port)
+            if mine is None:
                 ws.send(2 * i + 1, _refused(port, rec.uid))
                 continue
-            assert runtime is not None
-            mine, theirs = socket.socketpair()
-            if upstream is not None:
-                threading.Thread(target=pump_sockets, args=(theirs, upstream), daemon=True,
-                                 name=f"sim-pf-{port}").start()
-            else:
-                serve_in_thread(theirs, runtime.request, port, "portforward")
             locals_[i] = mine
 
             def pump(idx: int = i, s: socket.socket = mine) -> bool:
@@ -114,6 +102,29 @@ class PortForwardHandler:
             h.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+def _forward_socket(runtime: Any, served: list[int] | None, port: int) -> socket.socket | None:
+    """The simulator's end of a forwarded connection to ``port`` of the pod: a real server's TCP
+    connection relayed byte for byte, else an HTTP server (tests/sim/podhttp.py) in a thread; None
+    when nothing listens there (``served``: the runtime's ports, None: every port)."""
+    listening = runtime is not None and (served is None or port in served)
+    upstream = None
+    connect = getattr(runtime, "connect", None)
+    if listening and connect is not None:
+        # a real server: the data channel is its TCP connection, byte for byte
+        upstream = connect(port)
+        listening = upstream is not None
+    if not listening:
+        return None
+    assert runtime is not None
+    mine, theirs = socket.socketpair()
+    if upstream is not None:
+        threading.Thread(target=pump_sockets, args=(theirs, upstream), daemon=True,
+                         name=f"sim-pf-{port}").start()
+    else:
+        serve_in_thread(theirs, runtime.request, port, "portforward")
+    return mine
 
 
 def _forward_ports(params: dict[str, list[str]]) -> list[int]:

@@ -341,27 +341,10 @@ class FakeVLLM(FakeVLLMEndpoints):
 
     def _reset_prefix_cache(self, query: str, body: bytes, transport: str) -> Response:
         v = self.v
-        params: dict[str, str] = {}
-        for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
-            params[key] = value  # the last occurrence wins, as in Starlette's QueryParams
-        if v >= Version("0.13.0"):
-            bool_params = ["reset_running_requests", "reset_external"]
-        elif v >= Version("0.12.0"):
-            bool_params = ["reset_running_requests"]
-        else:
-            bool_params = []
-        flags: dict[str, bool] = {}
-        for name in bool_params:
-            if name not in params:
-                flags[name] = False
-                continue
-            low = params[name].strip().lower()
-            if low in _TRUE:
-                flags[name] = True
-            elif low in _FALSE:
-                flags[name] = False
-            else:
-                return _validation_error(name, params[name])
+        parsed = self._reset_params(query)
+        if len(parsed) == 3:  # the 422 answer (a Response)
+            return parsed  # type: ignore[return-value]
+        params, flags = parsed  # type: ignore[misc]
         device_error = False
         if Version("0.8.0") <= v < Version("0.11.1") and "device" in params:
             # Device[device_str.upper()]: unknown -> KeyError, CPU -> "Not supported on CPU." (V1)
@@ -395,18 +378,7 @@ class FakeVLLM(FakeVLLMEndpoints):
             if local_ok:
                 c.prefix_cache_blocks = 0
                 self._engines[0].device.clear()
-            every_ok = local_ok
-            for i, other in enumerate(self._others, start=1):  # every engine gets the call; each resets unless busy
-                other[2] += 1
-                other_busy = other[1] > 0 or self._engines[i].running > 0
-                if other[1] > 0:
-                    other[1] -= 1
-                if other_busy and forced:
-                    c.preemptions += self._engines[i].running
-                if not other_busy or forced:
-                    other[0] = 0
-                    self._engines[i].device.clear()
-                every_ok = every_ok and (not other_busy or forced)
+            every_ok = self._reset_other_engines(forced) and local_ok
             if external:
                 for conn in self.connectors:
                     if reset_clears_cpu_tier(conn, v):
@@ -433,6 +405,52 @@ class FakeVLLM(FakeVLLMEndpoints):
         if v >= Version("0.26.0"):
             return _json(200, {"success": success})
         return 200, [], b""
+
+    def _reset_params(self, query: str) -> tuple[dict[str, str], dict[str, bool]] | Response:
+        """``(query parameters, boolean flags)`` of a reset, the flags this release takes
+        (``reset_running_requests`` from 0.12, ``reset_external`` from 0.13); a flag that is no
+        boolean answers FastAPI's 422."""
+        v = self.v
+        params: dict[str, str] = {}
+        for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
+            params[key] = value  # the last occurrence wins, as in Starlette's QueryParams
+        if v >= Version("0.13.0"):
+            bool_params = ["reset_running_requests", "reset_external"]
+        elif v >= Version("0.12.0"):
+            bool_params = ["reset_running_requests"]
+        else:
+            bool_params = []
+        flags: dict[str, bool] = {}
+        for name in bool_params:
+            if name not in params:
+                flags[name] = False
+                continue
+            low = params[name].strip().lower()
+            if low in _TRUE:
+                flags[name] = True
+            elif low in _FALSE:
+                flags[name] = False
+            else:
+                return _validation_error(name, params[name])
+        return params, flags
+
+    def _reset_other_engines(self, forced: bool) -> bool:
+        """Engines 1.. each get the call and reset unless busy (or ``forced``, which preempts
+        their running requests); True when every one reset. Called under the lock."""
+        c = self._c
+        every_ok = True
+        for i, other in enumerate(self._others, start=1):
+            other[2] += 1
+            other_busy = other[1] > 0 or self._engines[i].running > 0
+            if other[1] > 0:
+                other[1] -= 1
+            if other_busy and forced:
+                c.preemptions += self._engines[i].running
+            if not other_busy or forced:
+                other[0] = 0
+                self._engines[i].device.clear()
+            every_ok = every_ok and (not other_busy or forced)
+        return every_ok
 
     def _internal_error(self, message: str) -> Response:
         if self.v >= Version("0.18.0"):
