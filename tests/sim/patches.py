@@ -43,13 +43,27 @@ def json_patch(doc: Obj, ops: Any) -> Obj:
     """
     if not isinstance(ops, list):
         raise bad_request("json patch must be a list of operations")
-    out: Any = copy.deepcopy(doc)
+    patcher = _JsonPatcher(copy.deepcopy(doc))
+    for op in ops:
+        if not isinstance(op, dict) or "op" not in op or "path" not in op:
+            raise bad_request("json patch operation must have 'op' and 'path'")
+        patcher.apply(op["op"], op["path"], op)
+    if not isinstance(patcher.out, dict):
+        raise bad_request("patch result is not an object")
+    return patcher.out
 
-    def parent(path: str) -> tuple[Any, str]:
+
+class _JsonPatcher:
+    """The document a JSON patch is being applied to (``out``) and its operations."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+
+    def parent(self, path: str) -> tuple[Any, str]:
         toks = _pointer(path)
         if not toks:
             raise bad_request("cannot operate on the document root")
-        cur = out
+        cur = self.out
         for t in toks[:-1]:
             try:
                 cur = _container_get(cur, t)
@@ -59,8 +73,8 @@ def json_patch(doc: Obj, ops: Any) -> Obj:
                                f"doc is missing path: \"{path}\"") from e
         return cur, toks[-1]
 
-    def get(path: str) -> Any:
-        cur = out
+    def get(self, path: str) -> Any:
+        cur = self.out
         for t in _pointer(path):
             try:
                 cur = _container_get(cur, t)
@@ -69,8 +83,8 @@ def json_patch(doc: Obj, ops: Any) -> Obj:
                                f"doc is missing path: \"{path}\": missing value") from e
         return cur
 
-    def add(path: str, value: Any) -> None:
-        par, last = parent(path)
+    def add(self, path: str, value: Any) -> None:
+        par, last = self.parent(path)
         if isinstance(par, list):
             if last == "-":
                 par.append(value)
@@ -84,8 +98,8 @@ def json_patch(doc: Obj, ops: Any) -> Obj:
         else:
             raise bad_request(f"cannot add at {path}")
 
-    def remove(path: str) -> Any:
-        par, last = parent(path)
+    def remove(self, path: str) -> Any:
+        par, last = self.parent(path)
         try:
             if isinstance(par, list):
                 return par.pop(int(last))
@@ -93,28 +107,26 @@ def json_patch(doc: Obj, ops: Any) -> Obj:
         except (KeyError, IndexError, ValueError) as e:
             raise ApiError(422, "Invalid", f"doc is missing path: \"{path}\"") from e
 
-    for op in ops:
-        if not isinstance(op, dict) or "op" not in op or "path" not in op:
-            raise bad_request("json patch operation must have 'op' and 'path'")
-        kind, path = op["op"], op["path"]
+    def apply(self, kind: str, path: str, op: dict[str, Any]) -> None:
+        """One operation ``op`` (``kind`` at ``path``)."""
         if kind == "add":
-            add(path, copy.deepcopy(op.get("value")))
+            self.add(path, copy.deepcopy(op.get("value")))
         elif kind == "remove":
-            remove(path)
+            self.remove(path)
         elif kind == "replace":
-            get(path)
-            par, last = parent(path)
+            self.get(path)
+            par, last = self.parent(path)
             if isinstance(par, list):
                 par[int(last)] = copy.deepcopy(op.get("value"))
             else:
                 par[last] = copy.deepcopy(op.get("value"))
         elif kind == "move":
-            v = remove(op["from"])
-            add(path, v)
+            v = self.remove(op["from"])
+            self.add(path, v)
         elif kind == "copy":
-            add(path, copy.deepcopy(get(op["from"])))
+            self.add(path, copy.deepcopy(self.get(op["from"])))
         elif kind == "test":
-            if get(path) != op.get("value"):
+            if self.get(path) != op.get("value"):
                 # k8s.io/apiserver handlers/patch.go ``applyJSPatch``: the json-patch error
                 # becomes a 422 through ``NewGenericServerResponse`` (reason Invalid, the
                 # library's text as a cause)
@@ -123,9 +135,6 @@ def json_patch(doc: Obj, ops: Any) -> Obj:
                                             "message": f"testing value {path} failed: test failed"}]})
         else:
             raise bad_request(f"unexpected json patch operation {kind!r}")
-    if not isinstance(out, dict):
-        raise bad_request("patch result is not an object")
-    return out
 
 
 def merge_patch(doc: Any, patch: Any) -> Any:
