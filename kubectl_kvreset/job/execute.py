@@ -72,28 +72,58 @@ def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], N
     rollout wait step (the command line passes it only when stderr is a terminal). ``events``:
     see :data:`Events` (called from worker threads; the command line's live progress line).
     Never raises for a pod's or owner's failure: each row says what happened.
+
+    The phases, in order: wait for idle engines (:func:`_wait_idle`), the API resets
+    (:func:`_reset_phase`), the dev-mode fallback a 404 decided (:func:`_promote_dev_mode_off`),
+    the FS tiers (:func:`_fs_phase`), the dev-mode rollouts (:func:`_devmode_phase`), the restarts
+    (:func:`_restart_phase`), then the successors and the outcome (:func:`_verified`).
     """
     cancel = cancel or Cancel()
-    scope, options = plan.scope, plan.options
-    own = verifier is None and options.verify
+    own = verifier is None and plan.options.verify
     if own:
         verifier = verifier_for(plan, cancel)
         verifier.seed()
     results = RunResults()
     notes: list[str] = list(plan.notes)
-    pods = plan.pods
-    if options.wait_idle_s > 0 and not cancel.is_set():
-        ports = [(p.pod, port) for p in pods if p.has(STEP_API_RESET) for port in p.pod.ports]
-        busy = wait_idle(scope.caller, ports, options.wait_idle_s, progress=progress, cancel=cancel,
-                         max_concurrency=options.max_concurrency)
-        if busy:
-            notes.append(f"warning: --wait-idle {options.wait_idle_s:g}s ended with {len(busy)} engine(s) still busy "
-                         f"({', '.join(busy[:5])}{' ...' if len(busy) > 5 else ''}): their reset answers busy "
-                         "unless --preempt-running")
-    # every route of every port at once: the caches are independent, and a route the version
-    # lacks is not called (the plan's routes follow the version its template reported)
-    units = [(p, port, route) for p in pods if p.has(STEP_API_RESET) for port in p.pod.ports for route in p.routes]
-    got = parallel(units, _reporting(plan, units, events), options.max_concurrency, cancel)
+    if plan.options.wait_idle_s > 0 and not cancel.is_set():
+        notes += _wait_idle(plan, cancel, progress)
+    _reset_phase(plan, results, cancel, events)
+    if verifier is not None and not cancel.is_set():
+        verifier.probe("api-reset")
+    if plan.options.fallback in ("devmode", "restart"):
+        _promote_dev_mode_off(plan, results)
+    _fs_phase(plan, results, notes, cancel, verifier)
+    if not cancel.is_set():
+        _devmode_phase(plan, results, notes, cancel, progress)
+    _restart_phase(plan, results, cancel, progress, events)
+    find_successors(plan, results)
+    outcome = build_outcome(plan, results, notes, interrupted=cancel.is_set())
+    return _verified(plan, outcome, verifier, cancel, own=own)
+
+
+def _wait_idle(plan: Plan, cancel: Cancel, progress: Callable[[str], None] | None) -> list[str]:
+    """``--wait-idle``: wait for the engines of the ports to reset to hold no request; the
+    warning (one note) when some were still busy at the end."""
+    options = plan.options
+    ports = [(p.pod, port) for p in plan.pods if p.has(STEP_API_RESET) for port in p.pod.ports]
+    busy = wait_idle(plan.scope.caller, ports, options.wait_idle_s, progress=progress, cancel=cancel,
+                     max_concurrency=options.max_concurrency)
+    if not busy:
+        return []
+    return [f"warning: --wait-idle {options.wait_idle_s:g}s ended with {len(busy)} engine(s) still busy "
+            f"({', '.join(busy[:5])}{' ...' if len(busy) > 5 else ''}): their reset answers busy "
+            "unless --preempt-running"]
+
+
+def _reset_phase(plan: Plan, results: RunResults, cancel: Cancel, events: Events | None) -> None:
+    """The API resets: every route of every port at once (the caches are independent, and a
+    route the version lacks is not called: the plan's routes follow the version its template
+    reported), then the pods whose answers contradict that version probed again
+    (:func:`reprobe`) and the busy data-parallel ports split (:func:`split_busy_engines`).
+    Fills ``results.resets`` and ``results.engines``."""
+    units = [(p, port, route) for p in plan.pods if p.has(STEP_API_RESET) for port in p.pod.ports
+             for route in p.routes]
+    got = parallel(units, _reporting(plan, units, events), plan.options.max_concurrency, cancel)
     by_port: dict[PortKey, list[ResetResult | NotRun]] = {}
     for (p, port, _route), result in zip(units, got, strict=True):
         if isinstance(result, (ResetResult, NotRun)):
@@ -108,63 +138,88 @@ def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], N
         first = port_results[0]
         results.resets[key] = (first if isinstance(first, NotRun)
                                else [r for r in port_results if not isinstance(r, NotRun)])
+
+
+def _promote_dev_mode_off(plan: Plan, results: RunResults) -> None:
+    """Dev mode the spec did not show: the 404 decided it, so the allowed fallback applies now
+    to the owners of the pods whose first route answered it (:func:`~kubectl_kvreset.job.planning.promote`)."""
+    off = {(p.pod.namespace, p.pod.owner): plan.options.fallback for p in plan.pods
+           if any(isinstance(r, list) and r and r[0].outcome is ResetOutcome.DEV_MODE_OFF
+                  for (ns, name, _, _), r in results.resets.items() if (ns, name) == (p.pod.namespace, p.pod.name))}
+    promote(plan.pods, off)
+
+
+def _fs_phase(plan: Plan, results: RunResults, notes: list[str], cancel: Cancel, verifier: Verifier | None) -> None:
+    """The FS tiers of the ``clear-fs`` pods: one deletion per backing volume, in parallel
+    (``results.fs``, per pod); a volume pods outside the targets share adds a warning to
+    ``notes``. When those other pods cannot be listed, only the targets' models' directories are
+    deleted."""
+    scope, options = plan.scope, plan.options
+    fs_pods = [p.pod for p in plan.pods if p.has(STEP_CLEAR_FS)]
+    if not fs_pods or cancel.is_set():
+        return
+    try:
+        targets = plan_fs_shared(scope, fs_pods, notes, model_only=options.model_only,
+                                 whole_tier=options.whole_tier, shared_stores=options.shared_stores)
+    except KubeError as exc:
+        # other users of the volumes unknown: keep to the targets' models' directories, and
+        # on a hostPath/NFS volume the pods of other namespaces count as possible users
+        notes.append(f"warning: the pods that may share the FS tier volumes could not be listed ({exc}): only "
+                     "the targets' models' directories are deleted")
+        targets = plan_fs_clear(fs_pods, scope.universe, model_only=True, unlisted=UNLISTED,
+                                shared_stores=options.shared_stores)
+    fs_results = parallel(targets, lambda t: run_fs_clear(scope.kube, t), options.max_concurrency, cancel)
+    for target, fs_result in zip(targets, fs_results, strict=True):
+        if isinstance(fs_result, NotRun):
+            continue
+        for name in target.pods:
+            results.fs.setdefault((target.namespace, str(name)), []).append(fs_result)
+        shared = sharing_message(target, fs_result)
+        if shared is not None:
+            notes.append(f"warning: {shared}")
     if verifier is not None and not cancel.is_set():
-        verifier.probe("api-reset")
-    if options.fallback in ("devmode", "restart"):
-        # dev mode the spec did not show: the 404 decided it, so the allowed fallback applies now
-        off = {(p.pod.namespace, p.pod.owner): options.fallback for p in pods
-               if any(isinstance(r, list) and r and r[0].outcome is ResetOutcome.DEV_MODE_OFF
-                      for (ns, name, _, _), r in results.resets.items() if (ns, name) == (p.pod.namespace, p.pod.name))}
-        promote(pods, off)
+        verifier.probe("clear-fs", [(p.namespace, p.name) for p in fs_pods])
 
-    fs_pods = [p.pod for p in pods if p.has(STEP_CLEAR_FS)]
-    if fs_pods and not cancel.is_set():
-        try:
-            targets = plan_fs_shared(scope, fs_pods, notes, model_only=options.model_only,
-                                     whole_tier=options.whole_tier, shared_stores=options.shared_stores)
-        except KubeError as exc:
-            # other users of the volumes unknown: keep to the targets' models' directories, and
-            # on a hostPath/NFS volume the pods of other namespaces count as possible users
-            notes.append(f"warning: the pods that may share the FS tier volumes could not be listed ({exc}): only "
-                         "the targets' models' directories are deleted")
-            targets = plan_fs_clear(fs_pods, scope.universe, model_only=True, unlisted=UNLISTED,
-                                    shared_stores=options.shared_stores)
-        fs_results = parallel(targets, lambda t: run_fs_clear(scope.kube, t), options.max_concurrency, cancel)
-        for target, fs_result in zip(targets, fs_results, strict=True):
-            if isinstance(fs_result, NotRun):
-                continue
-            for name in target.pods:
-                results.fs.setdefault((target.namespace, str(name)), []).append(fs_result)
-            shared = sharing_message(target, fs_result)
-            if shared is not None:
-                notes.append(f"warning: {shared}")
-        if verifier is not None and not cancel.is_set():
-            verifier.probe("clear-fs", [(p.namespace, p.name) for p in fs_pods])
 
-    devmode_owners = _owners(pods, STEP_DEVMODE) if not cancel.is_set() else []
-    if devmode_owners:
-        def enable(ns: str, owner: Owner, role: str | None) -> DevModeResult:
-            return set_dev_mode(scope.kube, ns, owner, enable=True, timeout_s=options.rollout_timeout_s,
-                                progress=progress, role=role, stop=cancel.is_set)
+def _devmode_phase(plan: Plan, results: RunResults, notes: list[str], cancel: Cancel,
+                   progress: Callable[[str], None] | None) -> None:
+    """The dev-mode rollouts (``VLLM_SERVER_DEV_MODE=1`` on the owners, prefill before decode:
+    :func:`~kubectl_kvreset.rollout.run_phased`) into ``results.owners``, and per namespace one
+    warning in ``notes`` naming the owners whose dev mode is now on."""
+    devmode_owners = _owners(plan.pods, STEP_DEVMODE)
+    if not devmode_owners:
+        return
+    scope, options = plan.scope, plan.options
 
-        def skip(ns: str, owner: Owner, role: str | None, why: str) -> DevModeResult:
-            return DevModeResult(ns, owner, role, "enable", "skipped", message=why)
+    def enable(ns: str, owner: Owner, role: str | None) -> DevModeResult:
+        return set_dev_mode(scope.kube, ns, owner, enable=True, timeout_s=options.rollout_timeout_s,
+                            progress=progress, role=role, stop=cancel.is_set)
 
-        def not_started(ns: str, owner: Owner, role: str | None) -> DevModeResult:
-            return DevModeResult(ns, owner, role, "enable", "interrupted",
-                                 message=NOT_STARTED.replace("restarted", "patched"))
+    def skip(ns: str, owner: Owner, role: str | None, why: str) -> DevModeResult:
+        return DevModeResult(ns, owner, role, "enable", "skipped", message=why)
 
-        turned_on: dict[str, list[str]] = {}  # namespace -> owners, one warning for them all
-        for dm in run_phased(devmode_owners, enable, skip, ok=lambda r: bool(r.ok), cancel=cancel,
-                             interrupted=not_started):
-            results.owners[(dm.namespace, dm.owner)] = dm
-            if dm.result == "enabled" or dm.requested:
-                turned_on.setdefault(dm.namespace, []).append(dm.owner.ref())
-        for ns, refs in turned_on.items():
-            notes.append(f"warning: dev mode is now on for {', '.join(refs)}: vLLM's dev routes (cache resets, "
-                         "sleep, collective_rpc, weight updates) are unauthenticated; turn it off when done with "
-                         f"'kubectl kvreset devmode --disable {' '.join(refs)} -n {ns}'")
-    restart = _owners(pods, STEP_RESTART) if not cancel.is_set() else []
+    def not_started(ns: str, owner: Owner, role: str | None) -> DevModeResult:
+        return DevModeResult(ns, owner, role, "enable", "interrupted",
+                             message=NOT_STARTED.replace("restarted", "patched"))
+
+    turned_on: dict[str, list[str]] = {}  # namespace -> owners, one warning for them all
+    for dm in run_phased(devmode_owners, enable, skip, ok=lambda r: bool(r.ok), cancel=cancel,
+                         interrupted=not_started):
+        results.owners[(dm.namespace, dm.owner)] = dm
+        if dm.result == "enabled" or dm.requested:
+            turned_on.setdefault(dm.namespace, []).append(dm.owner.ref())
+    for ns, refs in turned_on.items():
+        notes.append(f"warning: dev mode is now on for {', '.join(refs)}: vLLM's dev routes (cache resets, "
+                     "sleep, collective_rpc, weight updates) are unauthenticated; turn it off when done with "
+                     f"'kubectl kvreset devmode --disable {' '.join(refs)} -n {ns}'")
+
+
+def _restart_phase(plan: Plan, results: RunResults, cancel: Cancel, progress: Callable[[str], None] | None,
+                   events: Events | None) -> None:
+    """The restarts: the owners of the ``restart`` pods, then (where allowed) those of the
+    engines this version cannot empty, into ``results.owners``; ``events`` is told when each
+    starts and ends."""
+    restart = _owners(plan.pods, STEP_RESTART) if not cancel.is_set() else []
     if not cancel.is_set():  # the owners of the engines this version cannot empty, where allowed
         known = {(ns, owner) for ns, owner, _role in restart}
         for other in plan.others:
@@ -172,23 +227,27 @@ def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], N
             if other.restart and owner_key not in known:
                 known.add(owner_key)
                 restart.append((other.pod.namespace, other.pod.owner, other.pod.role))
-    if restart:
-        for ns, owner, _role in restart:
-            if events is not None:
-                events("restarting", f"{ns}/{owner.ref()}", None)
-        for owner_result in restart_owners(scope.kube, restart, timeout_s=options.rollout_timeout_s,
-                                           progress=progress, cancel=cancel):
-            results.owners[(owner_result.namespace, owner_result.owner)] = owner_result
-            if events is not None:
-                events("restarted", f"{owner_result.namespace}/{owner_result.owner.ref()}", None)
-    find_successors(plan, results)
-    outcome = build_outcome(plan, results, notes, interrupted=cancel.is_set())
+    if not restart:
+        return
+    for ns, owner, _role in restart:
+        if events is not None:
+            events("restarting", f"{ns}/{owner.ref()}", None)
+    for owner_result in restart_owners(plan.scope.kube, restart, timeout_s=plan.options.rollout_timeout_s,
+                                       progress=progress, cancel=cancel):
+        results.owners[(owner_result.namespace, owner_result.owner)] = owner_result
+        if events is not None:
+            events("restarted", f"{owner_result.namespace}/{owner_result.owner.ref()}", None)
+
+
+def _verified(plan: Plan, outcome: Outcome, verifier: Verifier | None, cancel: Cancel, *, own: bool) -> Outcome:
+    """``outcome`` once the rollouts' replaced pods are probed; with the run's ``own`` verifier
+    finished, the rows carry the ``verify`` column."""
     if verifier is not None and not cancel.is_set() and outcome.replaced:
         verifier.replaced(outcome.replaced)
         verifier.probe("rollout", list(outcome.replaced))
     if own and verifier is not None:
         verifier.finish()
-        outcome = with_verification(outcome, verifier, scope.namespace)
+        outcome = with_verification(outcome, verifier, plan.scope.namespace)
     return outcome
 
 

@@ -4,17 +4,18 @@ line prints it."""
 
 from __future__ import annotations
 
+from ..devmode import DevModeReading
 from ..engines.vllm.api import EngineMetrics, MetricsParseError, parse_metrics
 from ..engines.vllm.imagever import version_mismatch
 from ..otherpods import OtherPod, unsupported_reason
 from ..podapi import ReadAnswer, fetch_metrics
 from ..pods import ApiPort, VllmPod
-from ..podstate import metrics_500_hint
+from ..podstate import NotRunning, metrics_500_hint
 from ..pool import Cancel, NotRun, parallel
 from ..report import Column, ExitCode, Report, fold_ports
 from ..rollout import pod_dev_modes
 from .planning import crash_dev_modes, dev_mode_on, pod_not_running
-from .probes import apply_probe, probe_pods
+from .probes import Probe, apply_probe, probe_pods
 from .scope import Scope
 
 
@@ -25,16 +26,7 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
     (:func:`kubectl_kvreset.job.probes.probe_pods`); the live connectors and tiers win over the
     spec's, with a note. A pod whose version could not be read, or whose ``--config`` file could
     not be read, earns exit code 1 (130 when the run was cancelled first)."""
-    columns = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("OWNER", "owner", wide=True),
-               Column("ROLE", "role"), Column("CONTAINER", "container"), Column("PORTS", "ports", short=fold_ports),
-               Column("FRONT", "front_ports", wide=True, short=fold_ports), Column("VERSION", "version"),
-               Column("DEV MODE", "dev_mode"), Column("CONNECTOR", "connectors"), Column("TIERS", "tiers"),
-               Column("FS ROOTS", "fs_roots", wide=True), Column("READY", "ready", wide=True),
-               Column("MATCHED BY", "matched_by", wide=True), Column("NOTES", "notes", wide=True)]
-    if ctx.namespace is not None:
-        columns = columns[1:]
-    report = Report("VllmPod", columns)
-
+    report = Report("VllmPod", _detect_columns(ctx.namespace))
     running = [p for p in ctx.pods if pod_not_running(p) is None]
     answers = dict(zip((id(p) for p in running),
                        probe_pods(ctx.caller, running, max_concurrency, cancel, dev_mode_on), strict=True))
@@ -43,63 +35,8 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
         down = pod_not_running(spec_pod, dev)  # the value resolved just above explains a crash loop
         got = answers.get(id(spec_pod))
         pod = apply_probe(spec_pod, got) if got is not None else spec_pod
-        notes = list(pod.notes)
-        code = ExitCode.OK
-        version: str | None = None
-        error: str | None = None
-        if isinstance(got, NotRun):
-            notes.append("version not read: interrupted")
-            code = ExitCode.INTERRUPTED
-        elif down is not None or got is None:
-            error = down.describe() if down is not None else "not probed"
-            notes.append(error)
-            code = ExitCode.FAILED
-        elif got.version is None and got.failure is not None:
-            notes.append(f"version unknown: {got.failure.message}")
-            error = f"{got.failure.kind}: version not read: {got.failure.message}"
-            code = ExitCode.FAILED
-        else:
-            version = got.version
-            if got.failure is not None:
-                notes.append(f"an unknown build ({got.failure.message}): the oldest behaviour is assumed"
-                             + ("; /openapi.json decides the reset routes" if got.routes is not None else ""))
-            mismatch = version_mismatch(pod.image, version)
-            if mismatch:
-                notes.append(mismatch)
-        if got is not None and not isinstance(got, NotRun) and got.live_failure is not None:
-            notes.append(f"live configuration not read: {got.live_failure}")
-        if pod.serve.config_error is not None and code is ExitCode.OK:
-            code = ExitCode.FAILED  # the port or the tiers set in its --config file are not known
-            error = f"config unread: --config {pod.serve.config_file}: {pod.serve.config_error}"
-        report.add({
-            "namespace": pod.namespace,
-            "pod": pod.name,
-            "owner": pod.owner.ref(),
-            "role": pod.role,
-            "container": pod.container,
-            "engine": "vllm",
-            "image": pod.image,
-            "ports": [p.port for p in pod.ports],
-            "front_ports": [p.front for p in pod.ports if p.front is not None],
-            "scheme": pod.ports[0].scheme if pod.ports else None,
-            "version": version,
-            "dev_mode": dev.describe(),
-            "dev_mode_value": dev.value,
-            "dev_mode_source": dev.source,
-            "connectors": list(pod.layout.connectors),
-            "tiers": [t.kind.value for t in pod.layout.tiers],
-            "fs_roots": [t.root_dir for t in pod.layout.tiers if t.root_dir],
-            "shared_stores": [t.store for t in pod.layout.tiers if t.store],
-            "ready": pod.ready,
-            "phase": pod.phase,
-            "matched_by": pod.matched_by,
-            "argv": list(pod.serve.argv),
-            "config_file": pod.serve.config_file,
-            "config_source": pod.serve.config_source,
-            "config_error": pod.serve.config_error,
-            "notes": notes,
-            "error": error,
-        }, code)
+        version, error, notes, code = _version_read(pod, got, down)
+        report.add(_detect_row(pod, dev, version, notes, error), code)
     for other in ctx.others:
         report.add(other_detect_row(other))
     if ctx.others:  # which engine each row is, and that these are not emptied
@@ -108,6 +45,86 @@ def detect_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None
     if any(r["error"] for r in report.rows):  # why a row earns exit 1, in the table too
         report.columns = [*report.columns[:-1], Column("ERROR", "error", notes=True), report.columns[-1]]
     return report
+
+
+def _detect_columns(namespace: str | None) -> list[Column]:
+    """The ``VllmPod`` table's columns (NAMESPACE only across namespaces)."""
+    columns = [Column("NAMESPACE", "namespace"), Column("POD", "pod"), Column("OWNER", "owner", wide=True),
+               Column("ROLE", "role"), Column("CONTAINER", "container"), Column("PORTS", "ports", short=fold_ports),
+               Column("FRONT", "front_ports", wide=True, short=fold_ports), Column("VERSION", "version"),
+               Column("DEV MODE", "dev_mode"), Column("CONNECTOR", "connectors"), Column("TIERS", "tiers"),
+               Column("FS ROOTS", "fs_roots", wide=True), Column("READY", "ready", wide=True),
+               Column("MATCHED BY", "matched_by", wide=True), Column("NOTES", "notes", wide=True)]
+    return columns[1:] if namespace is not None else columns
+
+
+def _version_read(pod: VllmPod, got: Probe | NotRun | None,
+                  down: NotRunning | None) -> tuple[str | None, str | None, list[str], ExitCode]:
+    """``(version, error, notes, exit code)`` of one pod's row from its probe ``got`` (None:
+    not probed) and why it is not running (``down``)."""
+    notes = list(pod.notes)
+    code = ExitCode.OK
+    version: str | None = None
+    error: str | None = None
+    if isinstance(got, NotRun):
+        notes.append("version not read: interrupted")
+        code = ExitCode.INTERRUPTED
+    elif down is not None or got is None:
+        error = down.describe() if down is not None else "not probed"
+        notes.append(error)
+        code = ExitCode.FAILED
+    elif got.version is None and got.failure is not None:
+        notes.append(f"version unknown: {got.failure.message}")
+        error = f"{got.failure.kind}: version not read: {got.failure.message}"
+        code = ExitCode.FAILED
+    else:
+        version = got.version
+        if got.failure is not None:
+            notes.append(f"an unknown build ({got.failure.message}): the oldest behaviour is assumed"
+                         + ("; /openapi.json decides the reset routes" if got.routes is not None else ""))
+        mismatch = version_mismatch(pod.image, version)
+        if mismatch:
+            notes.append(mismatch)
+    if got is not None and not isinstance(got, NotRun) and got.live_failure is not None:
+        notes.append(f"live configuration not read: {got.live_failure}")
+    if pod.serve.config_error is not None and code is ExitCode.OK:
+        code = ExitCode.FAILED  # the port or the tiers set in its --config file are not known
+        error = f"config unread: --config {pod.serve.config_file}: {pod.serve.config_error}"
+    return version, error, notes, code
+
+
+def _detect_row(pod: VllmPod, dev: DevModeReading, version: str | None, notes: list[str],
+                error: str | None) -> dict[str, object]:
+    """The ``VllmPod`` row of one vLLM container (the README documents its fields)."""
+    return {
+        "namespace": pod.namespace,
+        "pod": pod.name,
+        "owner": pod.owner.ref(),
+        "role": pod.role,
+        "container": pod.container,
+        "engine": "vllm",
+        "image": pod.image,
+        "ports": [p.port for p in pod.ports],
+        "front_ports": [p.front for p in pod.ports if p.front is not None],
+        "scheme": pod.ports[0].scheme if pod.ports else None,
+        "version": version,
+        "dev_mode": dev.describe(),
+        "dev_mode_value": dev.value,
+        "dev_mode_source": dev.source,
+        "connectors": list(pod.layout.connectors),
+        "tiers": [t.kind.value for t in pod.layout.tiers],
+        "fs_roots": [t.root_dir for t in pod.layout.tiers if t.root_dir],
+        "shared_stores": [t.store for t in pod.layout.tiers if t.store],
+        "ready": pod.ready,
+        "phase": pod.phase,
+        "matched_by": pod.matched_by,
+        "argv": list(pod.serve.argv),
+        "config_file": pod.serve.config_file,
+        "config_source": pod.serve.config_source,
+        "config_error": pod.serve.config_error,
+        "notes": notes,
+        "error": error,
+    }
 
 
 def other_detect_row(pod: OtherPod) -> dict[str, object]:

@@ -35,15 +35,16 @@ from ..engines.vllm.liveconfig import release_version
 from ..plan import NEWEST_KNOWN, STORE_WIDE_HOOKS, StoreWideHook, store_wide_hook
 from ..pods import VllmPod
 from ..stores.calls import StoreCall, store_users, user_names
-from ..stores.config import LMCACHE_MP_CONNECTOR, MOONCAKE_STORE_CONNECTOR, StoreKind, StoreUse
+from ..stores.config import MOONCAKE_STORE_CONNECTOR, StoreKind, StoreUse
 from ..stores.find import FoundStore
+from ..stores.registry import KindId, kind_for_connector
 
 __all__ = ["HOOK_STORES", "ResetHold", "from_hook", "from_mooncake_connector", "reset_holds", "reset_reaches"]
 
 #: Per :data:`~kubectl_kvreset.plan.STORE_WIDE_HOOKS` connector: the kind of store clear-store
-#: finds for it (:mod:`kubectl_kvreset.stores.find`).
-HOOK_STORES: Mapping[str, StoreKind] = {MOONCAKE_STORE_CONNECTOR: StoreKind.MOONCAKE,
-                                        LMCACHE_MP_CONNECTOR: StoreKind.LMCACHE_MP}
+#: finds for it (:mod:`kubectl_kvreset.stores.find`; the kind whose ``connectors`` lists it).
+HOOK_STORES: Mapping[str, KindId] = {h.connector: k.name for h in STORE_WIDE_HOOKS
+                                     if (k := kind_for_connector(h.connector)) is not None}
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ def reset_reaches(calls: Sequence[StoreCall], plans: Sequence[Any]) -> tuple[Sto
     ``plans``: the clear's :class:`~kubectl_kvreset.job.planning.PodPlan` objects. ``clear``
     counts these stores before the resets (:func:`kubectl_kvreset.job.storeclear.count_first`),
     so the store row shows what the reset emptied and the store step confirms it. Pure."""
-    hooked: dict[str, set[StoreKind]] = {}
+    hooked: dict[str, set[KindId]] = {}
     for p in plans:
         if ("reset_external", "true") not in p.query or not p.has("api-reset"):
             continue

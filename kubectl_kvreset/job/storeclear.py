@@ -17,6 +17,7 @@ from ..stores.clear import StoreResult, run_call
 from ..stores.config import StoreKind
 from ..stores.find import find_stores
 from ..stores.mpserver import FORCE_FLAG, with_force
+from ..stores.registry import kind_of
 from .scope import Scope
 from .storedisk import DiskCall, disk_row, plan_disks, run_disk
 from .storedone import PodKey, StoreDone, scope_text
@@ -30,13 +31,10 @@ def columns(scope: str | None) -> list[Column]:
     cols = [Column("NAMESPACE", "namespace"), Column("STORE", "store"), Column("ADDRESS", "address"),
             Column("RESOLVED", "resolved"), Column("SCOPE", "scope"), Column("METHOD", "method", wide=True),
             Column("TARGETED PODS", "targeted_pods", wide=True), Column("OTHER PODS", "other_pods", wide=True),
-            Column("KEPT PODS", "kept_pods", wide=True), Column("BEFORE", "before"), Column("AFTER", "after"), Column("UNIT", "unit", wide=True),
+            Column("KEPT PODS", "kept_pods", wide=True), Column("BEFORE", "before"), Column("AFTER", "after"),
+            Column("UNIT", "unit", wide=True),
             Column("VIA", "via", wide=True), Column("RESULT", "result"), Column("MESSAGE", "message", notes=True)]
     return cols[1:] if scope is not None else cols
-
-
-#: What a store kind's ``before``/``after`` count, for rows with no answer yet (planned, left).
-DEFAULT_UNITS = {"lmcache-mp": "objects"}
 
 
 def store_row(call: StoreCall, outcome: StoreResult | None = None) -> dict[str, Any]:
@@ -57,7 +55,7 @@ def store_row(call: StoreCall, outcome: StoreResult | None = None) -> dict[str, 
         message = call.blocked
         before = after = None
         via = None
-        unit = DEFAULT_UNITS.get(store.kind.value, "keys")
+        unit = kind_of(store.kind).unit  # what its before/after count, for rows with no answer yet
     else:
         result, message, before, after, via, unit = (outcome.result, outcome.message, outcome.before,
                                                     outcome.after, outcome.via, outcome.unit)
@@ -83,8 +81,8 @@ def store_row(call: StoreCall, outcome: StoreResult | None = None) -> dict[str, 
 
 
 def row_code(outcome: StoreResult) -> ExitCode:
-    """0 when emptied (or planned, or its pod replaced by the restart), 3 when unconfirmed (the store's answer proves less than
-    emptied), 1 when left or failed."""
+    """0 when emptied (or planned, or its pod replaced by the restart), 3 when unconfirmed (the store's answer
+    proves less than emptied), 1 when left or failed."""
     if outcome.result == "unconfirmed":
         return ExitCode.UNCONFIRMED
     return ExitCode.OK if outcome.result in ("emptied", "planned", "replaced") else ExitCode.FAILED
@@ -124,7 +122,8 @@ def add_unknown(report: Report, plan: StorePlan) -> None:
     for text in plan.unknown:
         pod, _, why = text.partition(": ")
         report.add({"namespace": pod.split("/")[0], "store": "unknown", "address": None, "resolved": None,
-                    "scope": None, "model": None, "method": None, "targeted_pods": [pod], "other_pods": [], "kept_pods": [],
+                    "scope": None, "model": None, "method": None, "targeted_pods": [pod], "other_pods": [],
+                    "kept_pods": [],
                     "before": None, "after": None, "unit": None, "via": None, "result": "left",
                     "message": f"the stores this pod uses could not be read: {why}"}, ExitCode.FAILED)
 
@@ -292,7 +291,8 @@ def interrupted_message(outcome: NotRun) -> str:
     """The message of a store call a cancel kept from running (nothing sent) or stopped waiting
     for (sent: the store may have been emptied in part)."""
     if isinstance(outcome, InFlight):
-        return "interrupted while the call was in flight: the store may have been emptied in part; its answer was not awaited"
+        return ("interrupted while the call was in flight: the store may have been emptied in part; its answer was "
+                "not awaited")
     return "not run: interrupted"
 
 

@@ -37,7 +37,17 @@ from typing import Any
 from ..consent import Hold, User, hold, kept, unlisted_user
 from ..engines.vllm.kvconfig import LMCACHE_CONNECTORS
 from ..engines.vllm.servecmd import known_model, unevaluated_in
-from ..fs import CROSS_NAMESPACE_KINDS, Claims, ExecChoice, check_root, may_share, pod_claims, pod_mounts, python_argv
+from ..fs import (
+    CROSS_NAMESPACE_KINDS,
+    Claims,
+    ExecChoice,
+    MountedVolume,
+    check_root,
+    may_share,
+    pod_claims,
+    pod_mounts,
+    python_argv,
+)
 from ..kube import Kube, KubeApiError, KubeConnectionError
 from ..pods import VllmPod, describe_pod
 from ..stores.calls import SHARED_FLAG
@@ -165,6 +175,19 @@ def _claims(kube: Kube, keys: Sequence[tuple[str, str]], cache: dict[tuple[str, 
         return Claims()
 
 
+#: ``(volume identity, volume path, pod)``: a mount of a pod outside the targets (or of the
+#: stand-in for pods that cannot be seen).
+_Mount = tuple[tuple[str, ...], str, str]
+#: ``(volume identity, volume path, pod, model)``: a pod outside the targets whose LMCache local
+#: disk is on that storage, and the model whose files it writes there (None: not known).
+_Writer = tuple[tuple[str, ...], str, str, str | None]
+#: ``(volume identity, volume path, pod, model, why)``: a mount of a pod outside the targets
+#: whose LMCache disk directory cannot be evaluated (``why``), so it may write there.
+_Maybe = tuple[tuple[str, ...], str, str, str | None, str]
+#: The targeted disks by backing storage: ``(volume identity, volume path)`` -> its group.
+_Groups = dict[tuple[tuple[str, ...], str], _Group]
+
+
 def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod], cache: dict[Any, Any], *,
                shared: bool,
                list_pods: Callable[[Sequence[tuple[str, ...]]], tuple[Sequence[Mapping[str, Any]], str | None]]
@@ -182,51 +205,11 @@ def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod],
     ConfigMaps/Secrets read so far (:func:`~kubectl_kvreset.stores.find.pod_config`). Refused
     directories are calls with ``blocked`` set. Never raises for odd configurations.
     """
-    targeted = {(p.namespace, p.name) for p in pods}
     # sharing by backing storage, as clear-fs judges it (job/fsclear.py read_claims)
     claim_cache: dict[tuple[str, str], Any] = {}
     keys = [k for p in pods for k in pod_claims(p.raw)]
     claims = _claims(kube, keys, claim_cache)
-    groups: dict[tuple[tuple[str, ...], str], _Group] = {}
-    calls: list[DiskCall] = []
-    for pod in pods:
-        disk = _disk(kube, pod, cache)
-        if disk is None:
-            continue
-        mounts = pod_mounts(pod.raw, pod.container, claims=claims)
-        for path in disk.paths:
-            unknown = unevaluated_in(path, pod.serve.unevaluated)
-            if unknown:
-                # never deleted at a guessed path: the directory LMCache writes is not known
-                calls.append(DiskCall(pod.namespace, disk.setting, path, None, "store", None, (), (),
-                                      (f"{pod.namespace}/{pod.name}",), blocked=(
-                                          f"the LMCache local disk {path!r} cannot be evaluated from the pod spec: "
-                                          f"{'; '.join(unknown)}; nothing was deleted and the directory LMCache "
-                                          "writes was not looked at (to let the plugin read it, set local_disk to a "
-                                          "literal path)")))
-                continue
-            verdict = check_root(path, mounts)
-            if not verdict.ok or verdict.mount is None or verdict.volume_path is None or verdict.root is None:
-                why = (verdict.refusal or "refused").replace("the FS tier root", "the LMCache local disk")
-                calls.append(DiskCall(pod.namespace, disk.setting, verdict.root or path,
-                                      verdict.mount.label if verdict.mount else None, "store", None, (), (),
-                                      (f"{pod.namespace}/{pod.name}",), blocked=why))
-                continue
-            key = (verdict.mount.identity, verdict.volume_path)
-            group = groups.setdefault(key, _Group(pod.namespace, verdict.mount.identity, verdict.volume_path,
-                                                  verdict.mount.label, disk.setting, [], [], []))
-            group.choices.append((pod.ready and pod.phase == "Running", ExecChoice(pod.name, pod.container, verdict.root)))
-            name = f"{pod.namespace}/{pod.name}"
-            if name not in group.pods:
-                group.pods.append(name)
-            if known_model(pod.serve) not in group.models:
-                group.models.append(known_model(pod.serve))
-    # pods outside the targets: what they mount, and the models whose files they write there
-    mounted: list[tuple[tuple[str, ...], str, str]] = []
-    writers: list[tuple[tuple[str, ...], str, str, str | None]] = []
-    # pods outside the targets whose LMCache disk directory is unknown: (mount, why) of each mount
-    maybe: list[tuple[tuple[str, ...], str, str, str | None, str]] = []
-    seen: set[tuple[str, str]] = set()
+    groups, calls = _target_groups(kube, pods, claims, cache)
     extra: list[Mapping[str, Any]] = []
     unlisted: str | None = None
     if groups and list_pods is not None:
@@ -236,7 +219,75 @@ def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod],
         # another pod's claim may be bound to the same storage under another name
         keys += [k for obj in [p.raw for p in universe] + extra for k in pod_claims(obj)]
         claims = _claims(kube, keys, claim_cache)
-    for obj in [p.raw for p in universe] + extra:
+    # pods outside the targets: what they mount, and the models whose files they write there
+    mounted = _other_mounts(pods, universe, extra, groups, claims, unlisted)
+    writers, maybe = _other_writers(kube, pods, universe, extra, groups, claims, cache) if groups else ([], [])
+    stand_ins = {unlisted} if unlisted is not None else set()
+    stand_ins |= set(claims.shared.values())
+    for group in groups.values():
+        calls += _group_calls(group, pods, mounted, writers, maybe, stand_ins, shared=shared)
+    return calls
+
+
+def _target_groups(kube: Kube, pods: Sequence[VllmPod], claims: Claims,
+                   cache: dict[Any, Any]) -> tuple[_Groups, list[DiskCall]]:
+    """The targeted pods' LMCache disk directories grouped by backing storage (one deletion
+    each), and a blocked call for each directory that is never deleted (:func:`_join_group`)."""
+    groups: _Groups = {}
+    calls: list[DiskCall] = []
+    for pod in pods:
+        disk = _disk(kube, pod, cache)
+        if disk is None:
+            continue
+        mounts = pod_mounts(pod.raw, pod.container, claims=claims)
+        for path in disk.paths:
+            blocked = _join_group(groups, pod, disk, path, mounts)
+            if blocked is not None:
+                calls.append(blocked)
+    return groups, calls
+
+
+def _join_group(groups: _Groups, pod: VllmPod, disk: LocalDisk, path: str,
+                mounts: Sequence[MountedVolume]) -> DiskCall | None:
+    """Add ``pod``'s disk directory ``path`` to the group of its backing storage in ``groups``;
+    instead, the blocked call when the directory cannot be evaluated from the pod spec or
+    :func:`~kubectl_kvreset.fs.check_root` refuses it."""
+    unknown = unevaluated_in(path, pod.serve.unevaluated)
+    if unknown:
+        # never deleted at a guessed path: the directory LMCache writes is not known
+        return DiskCall(pod.namespace, disk.setting, path, None, "store", None, (), (),
+                        (f"{pod.namespace}/{pod.name}",), blocked=(
+                            f"the LMCache local disk {path!r} cannot be evaluated from the pod spec: "
+                            f"{'; '.join(unknown)}; nothing was deleted and the directory LMCache "
+                            "writes was not looked at (to let the plugin read it, set local_disk to a "
+                            "literal path)"))
+    verdict = check_root(path, mounts)
+    if not verdict.ok or verdict.mount is None or verdict.volume_path is None or verdict.root is None:
+        why = (verdict.refusal or "refused").replace("the FS tier root", "the LMCache local disk")
+        return DiskCall(pod.namespace, disk.setting, verdict.root or path,
+                        verdict.mount.label if verdict.mount else None, "store", None, (), (),
+                        (f"{pod.namespace}/{pod.name}",), blocked=why)
+    key = (verdict.mount.identity, verdict.volume_path)
+    group = groups.setdefault(key, _Group(pod.namespace, verdict.mount.identity, verdict.volume_path,
+                                          verdict.mount.label, disk.setting, [], [], []))
+    group.choices.append((pod.ready and pod.phase == "Running", ExecChoice(pod.name, pod.container, verdict.root)))
+    name = f"{pod.namespace}/{pod.name}"
+    if name not in group.pods:
+        group.pods.append(name)
+    if known_model(pod.serve) not in group.models:
+        group.models.append(known_model(pod.serve))
+    return None
+
+
+def _other_mounts(pods: Sequence[VllmPod], universe: Sequence[VllmPod], extra: Sequence[Mapping[str, Any]],
+                  groups: _Groups, claims: Claims, unlisted: str | None) -> list[_Mount]:
+    """Every mount of every container of the pods outside the targets (``universe`` and
+    ``extra``; init containers too), then the stand-ins for pods that cannot be seen: the
+    ``unlisted`` namespaces' on each hostPath/NFS disk, other claims on a disk's storage."""
+    targeted = {(p.namespace, p.name) for p in pods}
+    mounted: list[_Mount] = []
+    seen: set[tuple[str, str]] = set()
+    for obj in [p.raw for p in universe] + list(extra):
         meta = obj.get("metadata") or {}
         ident = (str(meta.get("namespace", "")), str(meta.get("name", "")))
         if ident in targeted or ident in seen:
@@ -252,9 +303,22 @@ def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod],
                     if g.identity[0] in CROSS_NAMESPACE_KINDS]
     mounted += [(g.identity, g.volume_path, claims.shared[g.identity]) for g in groups.values()
                 if g.identity in claims.shared]
+    return mounted
+
+
+def _other_writers(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod],
+                   extra: Sequence[Mapping[str, Any]], groups: _Groups, claims: Claims,
+                   cache: dict[Any, Any]) -> tuple[list[_Writer], list[_Maybe]]:
+    """The vLLM containers outside the targets (of ``universe`` and the other namespaces' pods
+    on a disk's hostPath/NFS storage) that write LMCache local-disk files: where and which model
+    (``writers``), or, where their disk directory cannot be evaluated, each storage they mount
+    (``maybe``)."""
+    targeted = {(p.namespace, p.name) for p in pods}
     # a vLLM container of a targeted pod that --container left out writes like any other pod
     target_containers = {(p.namespace, p.name, p.container) for p in pods}
-    for pod in [*universe, *_cross_namespace_vllm(universe, extra, groups, claims)] if groups else ():
+    writers: list[_Writer] = []
+    maybe: list[_Maybe] = []
+    for pod in [*universe, *_cross_namespace_vllm(universe, extra, groups, claims)]:
         if (pod.namespace, pod.name, pod.container) in target_containers:
             continue
         label = f"{pod.namespace}/{pod.name}"
@@ -276,39 +340,44 @@ def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod],
             if verdict.ok and verdict.mount is not None and verdict.volume_path is not None:
                 writers.append((verdict.mount.identity, verdict.volume_path, label,
                                 None if model_unknown else pod.serve.model))
-    stand_ins = {unlisted} if unlisted is not None else set()
-    stand_ins |= set(claims.shared.values())
-    for group in groups.values():
-        ordered = [c for ready, c in group.choices if ready] + [c for ready, c in group.choices if not ready]
-        choices = tuple(dict.fromkeys(ordered))
-        root = choices[0].root
-        others = tuple(sorted({n for ident, base, n in mounted
-                               if may_share(ident, base, group.identity, group.volume_path)}))
-        users = _disk_users(group, others, writers, maybe, stand_ins)
-        common = dict(namespace=group.namespace, setting=group.setting, root=root, volume=group.label,
-                      choices=choices, targeted=tuple(group.pods), others=others)
-        if hold(users, given=False) is None:
-            calls.append(DiskCall(scope="store", model=None, prefixes=(), **common))  # type: ignore[arg-type]
+    return writers, maybe
+
+
+def _group_calls(group: _Group, pods: Sequence[VllmPod], mounted: Sequence[_Mount], writers: Sequence[_Writer],
+                 maybe: Sequence[_Maybe], stand_ins: set[str], *, shared: bool) -> list[DiskCall]:
+    """The deletions on one backing storage: one call of scope ``store`` when no pod outside the
+    targets counts as a user (:func:`~kubectl_kvreset.consent.hold`), else one per targeted
+    model, held back by that rule (a model not known is never a per-model call)."""
+    ordered = [c for ready, c in group.choices if ready] + [c for ready, c in group.choices if not ready]
+    choices = tuple(dict.fromkeys(ordered))
+    root = choices[0].root
+    others = tuple(sorted({n for ident, base, n in mounted
+                           if may_share(ident, base, group.identity, group.volume_path)}))
+    users = _disk_users(group, others, writers, maybe, stand_ins)
+    common = dict(namespace=group.namespace, setting=group.setting, root=root, volume=group.label,
+                  choices=choices, targeted=tuple(group.pods), others=others)
+    if hold(users, given=False) is None:
+        return [DiskCall(scope="store", model=None, prefixes=(), **common)]  # type: ignore[arg-type]
+    calls: list[DiskCall] = []
+    for model in group.models:
+        if model is None:
+            unknown_why = [p.serve.model_unknown for p in pods
+                           if f"{p.namespace}/{p.name}" in group.pods and p.serve.model_unknown]
+            # never a per-model call without the model: it would select every '*.pt'
+            calls.append(DiskCall(scope="model", model=None, prefixes=(), blocked=(
+                "the model this pod serves is not known ("
+                + ("; ".join(dict.fromkeys(unknown_why)) if unknown_why else
+                   "the command names none, or its --config file could not be read")
+                + "): a per-model deletion is impossible on a volume pods outside the targets mount "
+                f"({', '.join(others)}), so nothing is deleted; make the model known (name it with "
+                "'vllm serve MODEL' or --model in the container's command), or empty the directory from a "
+                "shell in a pod that mounts it"), **common))  # type: ignore[arg-type]
             continue
-        for model in group.models:
-            if model is None:
-                unknown_why = [p.serve.model_unknown for p in pods
-                               if f"{p.namespace}/{p.name}" in group.pods and p.serve.model_unknown]
-                # never a per-model call without the model: it would select every '*.pt'
-                calls.append(DiskCall(scope="model", model=None, prefixes=(), blocked=(
-                    "the model this pod serves is not known ("
-                    + ("; ".join(dict.fromkeys(unknown_why)) if unknown_why else
-                       "the command names none, or its --config file could not be read")
-                    + "): a per-model deletion is impossible on a volume pods outside the targets mount "
-                    f"({', '.join(others)}), so nothing is deleted; make the model known (name it with "
-                    "'vllm serve MODEL' or --model in the container's command), or empty the directory from a "
-                    "shell in a pod that mounts it"), **common))  # type: ignore[arg-type]
-                continue
-            held = hold(users, model=model, given=shared, alike=may_write_as)
-            calls.append(DiskCall(scope="model", model=model, prefixes=(file_prefix(model),),
-                                  blocked=_disk_hold_message(held, model),
-                                  kept=tuple(u.shown() for u in kept(users, model, alike=may_write_as)),
-                                  **common))  # type: ignore[arg-type]
+        held = hold(users, model=model, given=shared, alike=may_write_as)
+        calls.append(DiskCall(scope="model", model=model, prefixes=(file_prefix(model),),
+                              blocked=_disk_hold_message(held, model),
+                              kept=tuple(u.shown() for u in kept(users, model, alike=may_write_as)),
+                              **common))  # type: ignore[arg-type]
     return calls
 
 
@@ -425,7 +494,8 @@ def _outcome(call: DiskCall, choice: ExecChoice, res: Any, via: str, dry_run: bo
         message = (f"{choice.root} does not exist in {choice.pod}: nothing deleted, and not confirmed empty (LMCache "
                    "creates it when its local disk backend starts, so it may write to another directory than the "
                    "configuration names, or has not started yet)")
-        return StoreResult("planned" if dry_run else "unconfirmed", 0, None if not dry_run else 0, "files", via, message)
+        return StoreResult("planned" if dry_run else "unconfirmed", 0, None if not dry_run else 0, "files", via,
+                           message)
     notes: list[str] = []
     if bytes_before:
         notes.append(f"{bytes_before} bytes before")
@@ -460,7 +530,8 @@ def disk_row(call: DiskCall, outcome: StoreResult | None = None) -> dict[str, An
     if outcome is None:
         result, message, before, after, via = ("left" if call.blocked else "planned"), call.blocked, None, None, None
     else:
-        result, message, before, after, via = outcome.result, outcome.message, outcome.before, outcome.after, outcome.via
+        result, message, via = outcome.result, outcome.message, outcome.via
+        before, after = outcome.before, outcome.after
     return {
         "namespace": call.namespace,
         "store": STORE,

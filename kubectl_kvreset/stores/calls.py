@@ -19,50 +19,17 @@ the flag and the other users.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from ..consent import SHARED_FLAG, User, hold, kept, unlisted_user
 from ..pods import VllmPod
-from .config import StoreKind
-from .find import FoundStore
-from .mpserver import clear_method
+from .records import FoundStore, StoreCall
+from .registry import KINDS, KindId, kind_of
 from .resolve import remedy
 
 __all__ = ["METHODS", "PER_MODEL_KINDS", "SHARED_FLAG", "StoreCall", "plan_calls", "store_users", "user_names"]
 
 #: The consent flag (:data:`kubectl_kvreset.consent.SHARED_FLAG`), here for the stores' callers.
 SHARED_FLAG = SHARED_FLAG
-
-@dataclass(frozen=True)
-class StoreCall:
-    """One clear of one store, planned.
-
-    Attributes:
-        store: the store and its users.
-        scope: ``"model"``, ``"instance"``, ``"worker"``, ``"store"`` (what the call removes).
-        model: for ``scope == "model"``: the model whose keys go.
-        method: the call, e.g. ``SCAN MATCH 'm@*' + UNLINK`` or
-            ``POST /api/v1/remove_all?force=true``.
-        blocked: why the call is not made (consent, outside the cluster, not supported), or
-            None when it runs.
-        others: untargeted pods (``ns/name``) the call would reach.
-        instance: for ``scope == "instance"``: the LMCache instance id cleared at the controller.
-        force: the store's forced variant (the MP server's ``force: true``,
-            ``--force-mp-clear``).
-        kept: untargeted pods using the store whose data the call keeps (``ns/name (model M)``:
-            they serve another model, or use another instance id).
-    """
-
-    store: FoundStore
-    scope: str
-    model: str | None
-    method: str
-    blocked: str | None = None
-    others: tuple[str, ...] = ()
-    instance: str | None = None
-    force: bool = False
-    kept: tuple[str, ...] = ()
-
 
 def user_names(pods: Sequence[VllmPod], store: FoundStore) -> tuple[str, ...]:
     """``ns/pod`` of each; ``ns/pod (container c)`` for another vLLM container of a targeted pod
@@ -92,46 +59,17 @@ def store_users(store: FoundStore, *, instance: bool = False, which: str | None 
     return users + [unlisted_user(ns) for ns in store.unlisted]
 
 
-def _redis_method(store: FoundStore, model: str | None) -> str:
-    from .redisclear import model_pattern
+#: The call each cleared kind makes, as the row's METHOD shows it: ``method(store, model)``
+#: (:meth:`~.kinds.base.Kind.method`, a view of the registry :data:`~.kinds.KINDS`).
+METHODS: dict[KindId, Callable[[FoundStore, str | None], str]] = {k.name: k.method for k in KINDS if k.clears}
 
-    cluster = str((store.users[0].use.extra or {}).get("valkey_mode", "")).lower() == "cluster"
-    return f"SCAN MATCH '{model_pattern(model or '', cluster=cluster)}' + UNLINK"
-
-
-def _controller_method(store: FoundStore) -> str:
-    from .lmcache_controller import locations_for
-
-    disk = any((u.use.extra or {}).get("local_disk") for u in store.users if u.targeted)
-    return ("GET /controller/workers?instance_id=, then POST /clear per location ("
-            + ", ".join(locations_for(disk)) + ")")
-
-
-def _worker_method(store: FoundStore) -> str:
-    ports = [p for u in store.users if u.targeted for p in u.use.ports]
-    return "DELETE /cache/clear on port " + ",".join(str(p) for p in dict.fromkeys(ports))
-
-
-#: The call each cleared kind makes, as the row's METHOD shows it: ``method(store, model)``.
-#: A kind is cleared by this version exactly when it has an entry here and in
-#: ``clear.CLEARERS``.
-METHODS: dict[StoreKind, Callable[[FoundStore, str | None], str]] = {
-    StoreKind.REDIS: _redis_method,
-    StoreKind.VALKEY: _redis_method,
-    StoreKind.MOONCAKE: lambda store, model: "POST /api/v1/remove_all?force=true",
-    StoreKind.LMCACHE_CONTROLLER: lambda store, model: _controller_method(store),
-    StoreKind.LMCACHE_WORKER: lambda store, model: _worker_method(store),
-    StoreKind.LMCACHE_MP: lambda store, model: clear_method(force=False),
-    StoreKind.INFINISTORE: lambda store, model: "POST /purge",
-}
-
-#: Kinds cleared per model (``<model>@*`` keys); the others are cleared store-wide.
-PER_MODEL_KINDS = frozenset({StoreKind.REDIS, StoreKind.VALKEY})
+#: Kinds cleared per model (``<model>@*`` keys; ``scope == "model"``); the others store-wide.
+PER_MODEL_KINDS = frozenset(k.name for k in KINDS if k.scope == "model")
 
 
 def _method(store: FoundStore, model: str | None) -> str:
-    method = METHODS.get(store.kind)
-    return method(store, model) if method else "-"
+    kind = kind_of(store.kind)
+    return kind.method(store, model) if kind.clears else "-"
 
 
 def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
@@ -154,7 +92,7 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
         if scope == "instance":
             calls.extend(_instance_calls(store, outside, shared=shared))
             continue
-        if store.kind in PER_MODEL_KINDS:
+        if kind_of(store.kind).scope == "model":
             models = list(dict.fromkeys(u.use.model for u in store.users if u.targeted))
             for model in models:
                 others = user_names(store.others(model), store)
@@ -183,8 +121,8 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
             continue
         others = user_names(store.others(), store)
         blocked = outside
-        if store.kind not in METHODS:
-            blocked = blocked or f"{_no_clear(store.kind)}; {remedy(store.kind, store.address)}"
+        if not kind_of(store.kind).clears:
+            blocked = blocked or f"{kind_of(store.kind).no_clear()}; {remedy(store.kind, store.address)}"
         elif blocked is None:
             held = hold(store_users(store), given=shared)
             if held is not None and held.why == "others":
@@ -195,13 +133,6 @@ def plan_calls(stores: list[FoundStore], *, shared: bool) -> list[StoreCall]:
                            f"may hold other users: give {SHARED_FLAG} to empty it anyway")
         calls.append(StoreCall(store, "store", None, _method(store, None), blocked, others))
     return _without_covered_workers(calls)
-
-
-def _no_clear(kind: StoreKind) -> str:
-    """Why a kind without a :data:`METHODS` entry gets no call."""
-    if kind is StoreKind.LMCACHE_SERVER:
-        return "an LMCache server (lm://) offers no clear or delete call"
-    return f"no clear call is known for a {kind.value} store"
 
 
 def _without_covered_workers(calls: list[StoreCall]) -> list[StoreCall]:
@@ -236,7 +167,7 @@ def _instance_calls(store: FoundStore, outside: str | None, *, shared: bool) -> 
         users = [u for u in store_users(store, instance=True) if not u.listed or u.model is not None]
         others = user_names([u.pod for u in store.users if not u.targeted and u.use.instance_id == instance], store)
         blocked = outside
-        if blocked is None and store.kind not in METHODS:
+        if blocked is None and not kind_of(store.kind).clears:
             blocked = f"not cleared by this version; {remedy(store.kind, store.address)}"
         elif blocked is None and instance is None:
             blocked = ("lmcache_instance_id is not set: the controller clears by instance id, so nothing can be "

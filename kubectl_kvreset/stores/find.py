@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..engines.vllm.configfile import ConfigFileError, ConfigSource, decode_key
@@ -20,11 +19,7 @@ from ..kube import Kube, KubeApiError
 from ..pods import VllmPod
 from .config import (
     LMCACHE_CONNECTORS,
-    LMCACHE_MP_CONNECTOR,
-    MOONCAKE_STORE_CONNECTOR,
-    Address,
     FileSource,
-    StoreKind,
     StoreUse,
     Unread,
     file_source,
@@ -32,58 +27,20 @@ from .config import (
     stores_of,
     wanted_files,
 )
+from .records import FoundStore, StoreUser
+from .registry import CONNECTORS, kind_of
 from .resolve import ClusterIndex, Resolution
 
 __all__ = ["FoundStore", "StoreUser", "cluster_index", "find_stores", "may_use_stores", "pod_config", "pod_stores"]
 
 #: Connectors whose configuration can name a store outside the pod.
-STORE_CONNECTORS = frozenset({*LMCACHE_CONNECTORS, LMCACHE_MP_CONNECTOR, MOONCAKE_STORE_CONNECTOR})
+STORE_CONNECTORS = frozenset({*LMCACHE_CONNECTORS, *CONNECTORS})
 
 
 def may_use_stores(pod: VllmPod) -> bool:
     """Whether the pod runs a connector that can use a shared store (LMCache in-process or MP,
     MooncakeStoreConnector); only those pods' ConfigMaps and Secrets are read."""
     return bool(STORE_CONNECTORS & set(pod.layout.connectors))
-
-
-@dataclass(frozen=True)
-class StoreUser:
-    """One vLLM pod's use of a store: the ``pod``, what its configuration says (``use``), and
-    whether the command targets it."""
-
-    pod: VllmPod
-    use: StoreUse
-    targeted: bool
-
-
-@dataclass(frozen=True)
-class FoundStore:
-    """One store and every visible vLLM pod that uses it.
-
-    Attributes:
-        kind: the store kind.
-        address: the address as the first targeted user's configuration names it.
-        resolution: where it leads in the cluster (see :class:`~.resolve.Resolution`).
-        users: the pods using it, targeted or not, in discovery order.
-        unlisted: namespaces that could not be listed: possible other users.
-    """
-
-    kind: StoreKind
-    address: Address | None
-    resolution: Resolution
-    users: tuple[StoreUser, ...]
-    unlisted: tuple[str, ...] = ()
-    notes: tuple[str, ...] = field(default=())
-
-    def others(self, model: str | None = None) -> list[VllmPod]:
-        """Untargeted users (of ``model`` only, when given; a user whose model is unknown may
-        serve ``model`` and counts too)."""
-        return [u.pod for u in self.users if not u.targeted
-                and (model is None or u.use.model is None or u.use.model == model)]
-
-    def targeted(self) -> list[VllmPod]:
-        """Targeted users."""
-        return [u.pod for u in self.users if u.targeted]
 
 
 def _get_for(kube: Kube, namespace: str, cache: dict[tuple[str, str, str], Any]) -> Any:
@@ -137,13 +94,15 @@ def pod_stores(kube: Kube, pod: VllmPod, cache: dict[tuple[str, str, str], Any])
     return uses, notes
 
 
-def pod_config(kube: Kube, pod: VllmPod, cache: dict[tuple[str, str, str], Any]) -> tuple[dict[str, str], dict[str, Any], list[str]]:
+def pod_config(kube: Kube, pod: VllmPod,
+               cache: dict[tuple[str, str, str], Any]) -> tuple[dict[str, str], dict[str, Any], list[str]]:
     """What the store settings of one vLLM pod are read from: its container environment
     (``envFrom``/``valueFrom`` resolved, ``serve``'s own env on top), the configuration files
     :func:`~.config.wanted_files` names (path -> text, or :class:`~.config.Unread`), and the
     notes of what could not be read. ``cache`` holds the ConfigMaps/Secrets read so far."""
     raw = pod.raw
-    container: Mapping[str, Any] = next((c for c in (raw.get("spec") or {}).get("containers") or [] if c.get("name") == pod.container), {})
+    container: Mapping[str, Any] = next((c for c in (raw.get("spec") or {}).get("containers") or []
+                                         if c.get("name") == pod.container), {})
     lookup = _lookup_for(kube, pod.namespace, cache)
     get = _get_for(kube, pod.namespace, cache)
     env, notes = resolve_env(raw, container, lookup)
@@ -219,7 +178,7 @@ def _identity(use: StoreUse, res: Resolution) -> tuple[Any, ...]:
     """What makes two uses the same store: the kind and the Service/pod reached (an outside
     address by its text; a Redis database number too; the worker API is per pod)."""
     db = use.address.db if use.address else None
-    if use.kind is StoreKind.LMCACHE_WORKER:
+    if kind_of(use.kind).per_pod:
         return (use.kind, "pod", res.namespace, res.name)
     if res.kind in ("outside", "unresolved"):
         return (use.kind, res.kind, use.address.display() if use.address else "", db)

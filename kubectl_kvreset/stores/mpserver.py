@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .config import StoreKind
+from .kinds.names import StoreKind
 
 __all__ = ["CLEAR_PATHS", "FORCE_FLAG", "L1Count", "MpClear", "MpServerError", "clear_l1", "clear_method",
            "l1_status", "summary", "with_force", "zmq_only_remedy"]

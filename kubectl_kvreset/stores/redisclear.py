@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .config import Address, glob_escape
+from .address import Address, glob_escape
 from .lmcachekey import KEY_TAIL, other_readings
 
 __all__ = ["RedisClear", "RedisStoreError", "clear_model_keys", "is_model_key", "is_unsure_key", "model_key_regex",
@@ -81,8 +81,8 @@ _SUFFIX = rb"(?::?kv_bytes|:?metadata)?"
 
 def model_key_regex(model: str) -> re.Pattern[bytes]:
     """The compiled (bytes) expression a whole key of ``model`` matches: ``<model>`` literally,
-    then the layout of :data:`kubectl_kvreset.stores.lmcachekey.KEY_TAIL` and a connector suffix, optionally inside a cluster hash tag ``{...}`` (before
-    a ``:kv_bytes``/``:metadata`` suffix). Use with ``fullmatch``."""
+    then the layout of :data:`kubectl_kvreset.stores.lmcachekey.KEY_TAIL` and a connector suffix, optionally
+    inside a cluster hash tag ``{...}`` (before a ``:kv_bytes``/``:metadata`` suffix). Use with ``fullmatch``."""
     name = re.escape(model.encode("utf-8", "surrogateescape"))
     tail = KEY_TAIL.encode()
     return re.compile(rb"(?:" + name + tail + _SUFFIX + rb"|\{" + name + tail + rb"\}(?::kv_bytes|:metadata)?)")

@@ -7,76 +7,27 @@ IP, so ``status.hostIP`` of the client reaches a ``hostNetwork`` DaemonSet pod o
 node (LMCache's MP DaemonSet, ``examples/multi_process/lmcache-daemonset.yaml``). ``localhost``
 is the client pod itself.
 
-The admin (HTTP) port of a store is read from its container's args with the defaults research
-gives: LMCache controller ``--port`` 9000, MP server ``--http-port`` 8080, Mooncake master
-``--metrics_port`` 9003, InfiniStore ``--manage-port`` 18080.
+The admin (HTTP) port of a store, and what clears it from elsewhere, are its kind's
+(:mod:`kubectl_kvreset.stores.kinds`).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..permissions import Permission, from_forbidden
-from .config import Address, StoreKind, glob_escape
+from .address import Address
+from .kinds.lmcache import mp_has_http
+from .kinds.redis import redis_cli_remedy
+from .records import Endpoint, Resolution
+from .registry import KindId, kind_of
 
-__all__ = ["ClusterIndex", "Endpoint", "Resolution", "admin_port", "remedy"]
+__all__ = ["ClusterIndex", "Endpoint", "Resolution", "admin_port", "mp_has_http", "redis_cli_remedy", "remedy"]
 
 CLUSTER_DOMAIN = "cluster.local"
-
-#: kind -> (flag names of the admin port, default).
-_ADMIN_FLAGS: dict[StoreKind, tuple[tuple[str, ...], int]] = {
-    StoreKind.LMCACHE_CONTROLLER: (("--port",), 9000),
-    StoreKind.LMCACHE_MP: (("--http-port",), 8080),
-    StoreKind.MOONCAKE: (("--metrics_port", "--metrics-port"), 9003),
-    StoreKind.INFINISTORE: (("--manage-port", "--manage_port"), 18080),
-}
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """A pod behind a store address: ``namespace``/``name``, the ``port`` it serves the
-    address's port on, and its ``ready`` condition."""
-
-    namespace: str
-    name: str
-    port: int | None
-    ready: bool = True
-
-
-@dataclass(frozen=True)
-class Resolution:
-    """Where an address leads.
-
-    Attributes:
-        kind: ``"service"``, ``"pod"`` (a pod IP, ``localhost``, or a node's hostNetwork pod),
-            ``"outside"`` (nothing of the cluster has it) or ``"unresolved"`` (a list it
-            needed was refused: the message names the permission, never "does not exist").
-        namespace, name: the Service or pod (``""`` when outside).
-        service_port: the Service port the address names (services only).
-        endpoints: the pods that serve it (one for a pod).
-        message: for ``outside``: why, for the others what was matched.
-    """
-
-    kind: str
-    namespace: str = ""
-    name: str = ""
-    service_port: int | None = None
-    endpoints: tuple[Endpoint, ...] = ()
-    message: str = ""
-
-    def describe(self) -> str:
-        """``service lmc/kv-redis``, ``pod lmc/worker-0`` or ``outside the cluster``."""
-        if self.kind == "outside":
-            return "outside the cluster"
-        if self.kind == "unresolved":
-            return "unresolved (forbidden)"
-        return f"{self.kind} {self.namespace}/{self.name}"
-
 
 def _pod_ports(pod: Mapping[str, Any]) -> set[int]:
     ports: set[int] = set()
@@ -87,41 +38,11 @@ def _pod_ports(pod: Mapping[str, Any]) -> set[int]:
     return ports
 
 
-def _flag(args: Sequence[str], names: Sequence[str]) -> str | None:
-    value = None
-    for i, arg in enumerate(args):
-        for name in names:
-            if arg == name and i + 1 < len(args):
-                value = args[i + 1]
-            elif arg.startswith(name + "="):
-                value = arg.split("=", 1)[1]
-    return value
-
-
-def admin_port(kind: StoreKind, pod: Mapping[str, Any] | None) -> int | None:
-    """The HTTP admin port of a store's pod: the flag in its containers' ``command``+``args``,
-    else the kind's default. None for kinds without an HTTP admin port (Redis)."""
-    if kind not in _ADMIN_FLAGS:
-        return None
-    names, default = _ADMIN_FLAGS[kind]
-    for c in ((pod or {}).get("spec") or {}).get("containers") or []:
-        argv = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
-        value = _flag(argv, names)
-        if value is not None and value.isdigit():
-            return int(value)
-    return default
-
-
-def mp_has_http(pod: Mapping[str, Any] | None) -> bool:
-    """Whether an LMCache MP server pod serves HTTP: ``lmcache server`` and
-    ``lmcache.v1.multiprocess.http_server`` do, ``python -m lmcache.v1.multiprocess.server``
-    (the operator's and the DaemonSet example's command) is ZMQ only (its argparse text:
-    "LMCache Cache Server (without HTTP)")."""
-    for c in ((pod or {}).get("spec") or {}).get("containers") or []:
-        argv = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
-        if "lmcache.v1.multiprocess.server" in argv:
-            return False
-    return True
+def admin_port(kind: KindId, pod: Mapping[str, Any] | None) -> int | None:
+    """The HTTP admin port of a store's pod (:meth:`~.kinds.base.Kind.admin_port`): the flag in
+    its containers' ``command``+``args``, else the kind's default. None for kinds without an HTTP
+    admin port (Redis)."""
+    return kind_of(kind).admin_port(pod)
 
 
 @dataclass
@@ -276,7 +197,8 @@ class ClusterIndex:
             if blocked is not None:  # a 403 is never "does not exist"
                 return blocked
             return self._outside(f"service {key[0]}/{key[1]} does not exist", key[0])
-        blocked = self._unresolved(address, "endpointslices", key[0], f"to find the pods behind service {key[0]}/{key[1]}")
+        blocked = self._unresolved(address, "endpointslices", key[0],
+                                   f"to find the pods behind service {key[0]}/{key[1]}")
         if blocked is not None:
             return blocked
         return self._service(found, port, host)
@@ -288,46 +210,8 @@ class ClusterIndex:
         return Resolution("outside", message=why)
 
 
-def redis_cli_remedy(address: Address | None, model: str | None) -> str:
-    """The ``redis-cli`` pipeline that removes ``model``'s LMCache keys: the same connection
-    options on both sides (``-s`` for a Unix socket, ``-h``/``-p``, ``-n`` for a database in the
-    URL, ``--tls`` for ``rediss``; credentials are left to ``REDISCLI_AUTH``, never printed), and
-    the glob-escaped ``<model>@*`` pattern the plugin's own ``SCAN`` uses, then a ``grep -E`` for
-    LMCache's key layout (``<model>@<world size>@<worker>@<hash>@``, as
-    :func:`kubectl_kvreset.stores.redisclear.is_model_key`) so that the keys of a model whose
-    name starts with ``<model>@`` (``org/m@v2`` for ``org/m``) are kept."""
-    if address is not None and address.path:
-        conn = f"-s {shlex.quote(address.path)}"
-    else:
-        conn = f"-h {address.host if address else 'HOST'} -p {(address.port if address else None) or 6379}"
-    if address is not None and address.db:
-        conn += f" -n {address.db}"
-    if address is not None and address.tls:
-        conn += " --tls"
-    pattern = shlex.quote(f"{glob_escape(model)}@*") if model else "'<model>@*'"
-    ere = re.sub(r"([.\[\]()*+?{}|^$\\])", r"\\\1", model) if model else "<model>"
-    layout = shlex.quote(f"^{ere}@-?[0-9]+@-?[0-9]+@-?[0-9a-f]+@[a-z0-9_]+(@|kv_bytes$|metadata$|:|$)")
-    return (f"redis-cli {conn} --scan --pattern {pattern} | grep -E {layout} | "
-            f"xargs -r redis-cli {conn} UNLINK")
-
-
-def remedy(kind: StoreKind, address: Address | None, *, model: str | None = None) -> str:
+def remedy(kind: KindId, address: Address | None, *, model: str | None = None) -> str:
     """What would clear a store the plugin cannot reach, as a command a user can run where the
-    store is reachable (the recipes of README "clear-store")."""
-    where = address.display() if address else "the store"
-    host = f"{address.host}" if address else "HOST"
-    if kind in (StoreKind.REDIS, StoreKind.VALKEY):
-        return f"from where {where} is reachable: {redis_cli_remedy(address, model)}"
-    if kind is StoreKind.MOONCAKE:
-        return f"POST http://{host}:9003/api/v1/remove_all?force=true on the Mooncake master (its metrics_port)"
-    if kind is StoreKind.LMCACHE_CONTROLLER:
-        return f"POST http://{host}:9000/clear with the instance id and location on the LMCache controller"
-    if kind is StoreKind.LMCACHE_MP:
-        return f"POST http://{host}:8080/cache/clear {{\"tier\":\"l1\",\"force\":false}} on the LMCache MP server"
-    if kind is StoreKind.LMCACHE_SERVER:
-        return (f"restart the LMCache server at {where} (its protocol has no delete: PUT, GET, EXIST, LIST, HEALTH, "
-                "lmcache/v1/protocol.py); it holds its cache in memory, so a restart of its pod empties it, "
-                "for every user")
-    if kind is StoreKind.INFINISTORE:
-        return f"POST http://{host}:18080/purge on the InfiniStore server"
-    return f"clear {where} with its own tools"
+    store is reachable (the kind's :meth:`~.kinds.base.Kind.remedy`: the recipes of README
+    "clear-store")."""
+    return kind_of(kind).remedy(address, model)
