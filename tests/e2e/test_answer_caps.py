@@ -13,11 +13,11 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
+from tests.manifests import build
 from tests.simctl import SimCluster, zipapp_path
 
 NS = "llm"
@@ -39,12 +39,7 @@ def run_measured(cluster: SimCluster, *args: str) -> tuple[int, str, str, float]
 
 
 def start(sim: Callable[..., SimCluster], tmp_path: Path, argv: list[str]) -> SimCluster:
-    labels = {"app": "big"}
-    dep: dict[str, Any] = {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "big"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
-            "metadata": {"labels": labels},
-            "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.26.0", "command": argv}]}}}}
+    dep = build.deployment("big", [{"name": "vllm", "image": "vllm/vllm-openai:v0.26.0", "command": argv}])
     path = tmp_path / "big.yaml"
     path.write_text(yaml.safe_dump(dep))
     return sim([path], namespace=NS, dev_mode="on", scenario={"pods": [{"metrics_bloat_mb": 100}]})

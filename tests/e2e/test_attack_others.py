@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.manifests import build
 from tests.simctl import DEMO_MANIFEST, ROOT, SimCluster, zipapp_path
 
 from .conftest import require_sandbox
@@ -33,18 +34,7 @@ SECRETS = ("sk-attack-sglang-key", "sk-attack-admin-key", "hf_attackTokenValue",
 
 
 def _deployment(name: str, container: str, ns: str = NS, replicas: int = 1) -> str:
-    return textwrap.dedent(f"""\
-        apiVersion: apps/v1
-        kind: Deployment
-        metadata: {{name: {name}, namespace: {ns}}}
-        spec:
-          replicas: {replicas}
-          selector: {{matchLabels: {{app: {name}}}}}
-          template:
-            metadata: {{labels: {{app: {name}}}}}
-            spec:
-              containers:
-        """) + textwrap.indent(textwrap.dedent(container), " " * 8) + "---\n"
+    return build.deployment_yaml(name, container, ns, replicas)
 
 
 MANIFEST = "".join([
@@ -403,9 +393,7 @@ def _sglang_deployment(name: str, *, replicas: int = 1, gpus: int = 0) -> dict[s
                                              "--api-key", "sk-attack-sglang-key"]}
     if gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": gpus}, "requests": {"nvidia.com/gpu": gpus}}
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": STATES_NS},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                     "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [container]}}}}
+    return build.deployment(name, [container], namespace=STATES_NS, replicas=replicas)
 
 
 def test_sglang_restart_that_never_comes_up_names_the_schedulers_reason(sim: Any, tmp_path: Any) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.manifests import build
 from tests.simctl import SimCluster
 
 from .conftest import fixture_file
@@ -38,23 +39,14 @@ def deployment(name: str, root: str | None, *, model: str = MODEL) -> dict[str, 
     ktc = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
            "kv_connector_extra_config": {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 1 << 30,
                                          "block_size": 256, "secondary_tiers": [tier]}}
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
-            "metadata": {"labels": labels},
-            "spec": {
-                "containers": [{
-                    "name": "vllm", "image": "vllm/vllm-openai:v0.26.0",
-                    "command": ["vllm", "serve", model, "--port", "8000",
-                                "--kv-transfer-config", json.dumps(ktc)],
-                    "volumeMounts": [{"name": "kv", "mountPath": "/mnt/files-storage"},
-                                     {"name": "shm", "mountPath": "/dev/shm"}],
-                }],
-                "volumes": [{"name": "kv", "persistentVolumeClaim": {"claimName": "kv-cache"}},
-                            {"name": "shm", "emptyDir": {"medium": "Memory"}}],
-            }}},
+    container = {
+        "name": "vllm", "image": "vllm/vllm-openai:v0.26.0",
+        "command": ["vllm", "serve", model, "--port", "8000", "--kv-transfer-config", json.dumps(ktc)],
+        "volumeMounts": [{"name": "kv", "mountPath": "/mnt/files-storage"},
+                         {"name": "shm", "mountPath": "/dev/shm"}],
     }
+    return build.deployment(name, [container], volumes=[build.pvc_volume("kv", "kv-cache"),
+                                                        {"name": "shm", "emptyDir": {"medium": "Memory"}}])
 
 
 def write_manifest(tmp_path: Path, docs: list[dict[str, Any]]) -> Path:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.manifests import build
 from tests.simctl import ROOT, SimCluster
 
 NS = "llm"
@@ -22,17 +23,10 @@ ROLE_FILE = ROOT / "rbac" / "kubectl-kvreset-role.yaml"
 
 def dp_deployment(name: str, dp: int, *flags: str) -> dict[str, Any]:
     """A Deployment whose one vLLM server runs ``dp`` data-parallel engines behind port 8000."""
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
-            "metadata": {"labels": labels},
-            "spec": {"containers": [{
-                "name": "vllm", "image": "vllm/vllm-openai:v0.26.0",
-                "command": ["vllm", "serve", "Qwen/Qwen3-0.6B", "--port", "8000",
-                            "--data-parallel-size", str(dp), *flags],
-            }]}}},
-    }
+    return build.deployment(name, [{
+        "name": "vllm", "image": "vllm/vllm-openai:v0.26.0",
+        "command": ["vllm", "serve", "Qwen/Qwen3-0.6B", "--port", "8000", "--data-parallel-size", str(dp), *flags],
+    }])
 
 
 def start(sim: Callable[..., SimCluster], tmp_path: Path, version: str, docs: list[dict[str, Any]],

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from tests.manifests import build
 from tests.simctl import SimCluster, zipapp_path
 
 NS = "llm"
@@ -31,10 +32,7 @@ def server(name: str, model: str, port: int, env: list[dict[str, str]] | None) -
 
 
 def deployment(name: str, containers: list[dict[str, Any]]) -> dict[str, Any]:
-    labels = {"app": name}
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-            "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels}, "spec": {"containers": containers}}}}
+    return build.deployment(name, containers)
 
 
 def entries(obj: dict[str, Any]) -> list[list[dict[str, Any]]]:

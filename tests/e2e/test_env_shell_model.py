@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from tests.manifests import build
 from tests.simctl import SimCluster
 
 NS = "envs"
@@ -33,14 +34,10 @@ def _ktc(root: str) -> dict[str, Any]:
 
 
 def _deployment(name: str, container: dict[str, Any], claim: str | None = None) -> dict[str, Any]:
-    labels = {"app": name}
     container = {"name": "vllm", "image": "vllm/vllm-openai:v0.26.0",
                  "volumeMounts": [{"name": "kv", "mountPath": MOUNT}], **container}
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
-            "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [container],
-                         "volumes": [{"name": "kv", "persistentVolumeClaim": {"claimName": claim or f"{name}-kv"}}]}}}}
+    return build.deployment(name, [container], namespace=NS,
+                            volumes=[build.pvc_volume("kv", claim or f"{name}-kv")])
 
 
 def _write(tmp_path: Path, docs: list[dict[str, Any]]) -> Path:

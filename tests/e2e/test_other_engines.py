@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.manifests import build
 from tests.simctl import SimCluster
 
 from .conftest import require_sandbox
@@ -20,18 +21,7 @@ NS = "mixed"
 
 
 def _deployment(name: str, container: str) -> str:
-    return textwrap.dedent(f"""\
-        apiVersion: apps/v1
-        kind: Deployment
-        metadata: {{name: {name}, namespace: {NS}}}
-        spec:
-          replicas: 1
-          selector: {{matchLabels: {{app: {name}}}}}
-          template:
-            metadata: {{labels: {{app: {name}}}}}
-            spec:
-              containers:
-        """) + textwrap.indent(textwrap.dedent(container), " " * 8) + "---\n"
+    return build.deployment_yaml(name, container, NS)
 
 
 MANIFEST = "".join([

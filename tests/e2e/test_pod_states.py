@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from tests.manifests import build
+
 NS = "states"
 VAR = "VLLM_SERVER_DEV_MODE"
 
@@ -29,9 +31,7 @@ def deployment(name: str, *, replicas: int = 1, gpus: int = 0, dev_mode: str | N
     if gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": gpus}, "requests": {"nvidia.com/gpu": gpus}}
     labels = {"app": name, "llm-d.ai/inference-serving": "true"}
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}}}}
+    return build.deployment(name, [container], namespace=NS, replicas=replicas, labels=labels)
 
 
 def write(tmp_path: Path, docs: list[dict[str, Any]]) -> Path:

@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.manifests import build
 from tests.simctl import SimCluster, zipapp_path
 
 from .conftest import require_sandbox
@@ -93,17 +94,14 @@ def _documents() -> list[dict[str, Any]]:
         container: dict[str, Any] = {"name": "vllm", "image": "vllm/vllm-openai:v0.32.0", "command": command,
                                      "env": env, "envFrom": [{"secretRef": {"name": "vllm-env"}}],
                                      "ports": [{"name": "http", "containerPort": 8000}]}
-        spec: dict[str, Any] = {"containers": [container]}
         if fs:
             container["volumeMounts"] = [{"name": "kv", "mountPath": "/mnt/files-storage"}]
-            spec["volumes"] = [{"name": "kv", "persistentVolumeClaim": {"claimName": "kv-cache"}}]
+            volumes = [build.pvc_volume("kv", "kv-cache")]
         else:
             container["volumeMounts"] = [{"name": "cfg", "mountPath": "/etc/vllm"}]
-            spec["volumes"] = [{"name": "cfg", "configMap": {"name": "vcfg"}}]
-        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
-                "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                         "template": {"metadata": {"labels": {**labels, "llm-d.ai/inference-serving": "true"}},
-                                      "spec": spec}}}
+            volumes = [{"name": "cfg", "configMap": {"name": "vcfg"}}]
+        return build.deployment(name, [container], namespace=NS, volumes=volumes,
+                                pod_labels={**labels, "llm-d.ai/inference-serving": "true"})
 
     dev = {"name": "VLLM_SERVER_DEV_MODE", "value": "1"}
     return [

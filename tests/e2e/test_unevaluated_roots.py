@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from tests.manifests import build
 from tests.simctl import SimCluster
 
 NS = "loc"
@@ -35,14 +36,9 @@ def _ktc(root: str) -> dict[str, Any]:
 
 
 def _deployment(name: str, container: dict[str, Any]) -> dict[str, Any]:
-    labels = {"app": name}
     container = {"name": "vllm", "image": "vllm/vllm-openai:v0.26.0",
                  "volumeMounts": [{"name": "kv", "mountPath": "/mnt/files-storage"}], **container}
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
-            "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [container],
-                         "volumes": [{"name": "kv", "persistentVolumeClaim": {"claimName": f"{name}-kv"}}]}}}}
+    return build.deployment(name, [container], namespace=NS, volumes=[build.pvc_volume("kv", f"{name}-kv")])
 
 
 def _script_deployment(name: str, root: str, env: list[dict[str, Any]] | None = None) -> dict[str, Any]:

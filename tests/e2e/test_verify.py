@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from tests.manifests import build
 from tests.simctl import SimCluster
 
 NS = "llm"
@@ -19,16 +20,9 @@ NS = "llm"
 def deployment(name: str, *flags: str, image: str = "vllm/vllm-openai:v0.32.0",
                volumes: list[dict[str, Any]] | None = None,
                mounts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
-            "metadata": {"labels": labels},
-            "spec": {"containers": [{"name": "vllm", "image": image,
-                                     "command": ["vllm", "serve", "Qwen/Qwen3-0.6B", "--port", "8000", *flags],
-                                     "volumeMounts": mounts or []}],
-                     "volumes": volumes or []}}},
-    }
+    return build.deployment(name, [{"name": "vllm", "image": image,
+                                    "command": ["vllm", "serve", "Qwen/Qwen3-0.6B", "--port", "8000", *flags],
+                                    "volumeMounts": mounts or []}], volumes=volumes or [])
 
 
 def start(sim: Callable[..., SimCluster], tmp_path: Path, docs: list[dict[str, Any]], *, dev_mode: str = "on",

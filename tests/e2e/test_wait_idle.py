@@ -12,18 +12,15 @@ from pathlib import Path
 
 import yaml
 
+from tests.manifests import build
 from tests.simctl import SimCluster
 
 NS = "llm"
 
 
 def start(sim: Callable[..., SimCluster], tmp_path: Path, **overrides: object) -> SimCluster:
-    labels = {"app": "m"}
-    doc = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "m"},
-           "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
-               "metadata": {"labels": labels},
-               "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.32.0",
-                                        "command": ["vllm", "serve", "m", "--port", "8000"]}]}}}}
+    doc = build.deployment("m", [{"name": "vllm", "image": "vllm/vllm-openai:v0.32.0",
+                                  "command": ["vllm", "serve", "m", "--port", "8000"]}])
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump(doc))
     return sim([path], namespace=NS, dev_mode="on", scenario={"pods": [overrides]})

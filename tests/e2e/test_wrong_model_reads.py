@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from tests.manifests import build
 from tests.simctl import SimCluster
 
 NS = "argv"
@@ -33,14 +34,9 @@ def _ktc(root: str) -> str:
 
 def _deployment(name: str, command: list[str], *, image: str = "vllm/vllm-openai:v0.32.0", claim: str = "kv-cache",
                 env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    labels = {"app": name}
     container = {"name": "vllm", "image": image, "command": command, "env": env or [],
                  "volumeMounts": [{"name": "kv", "mountPath": MOUNT}]}
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
-            "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [container],
-                         "volumes": [{"name": "kv", "persistentVolumeClaim": {"claimName": claim}}]}}}}
+    return build.deployment(name, [container], namespace=NS, volumes=[build.pvc_volume("kv", claim)])
 
 
 def _write(tmp_path: Path, docs: list[dict[str, Any]]) -> Path:

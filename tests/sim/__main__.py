@@ -23,12 +23,14 @@ from typing import Any
 
 import yaml
 
-from .controllers import Cluster, ClusterConfig, PodBackend, default_backend
+from .apierrors import ApiError
+from .clusterbase import ClusterConfig, PodBackend, default_backend
+from .controllers import Cluster
 from .rbac import RBACAuthorizer
-from .realservers import parse_real_servers
+from .realpeers import parse_real_servers
 from .scenario import Scenario, ScenarioError, load_scenario
 from .server import SimServer
-from .store import ApiError, Store
+from .store import Store
 
 
 def load_manifest_docs(paths: list[str]) -> list[dict[str, Any]]:

@@ -49,7 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .store import ApiError, Event, Obj, Store
+from .apierrors import ApiError
+from .resourcetypes import Obj
+from .store import Event, Store
 
 __all__ = ["AddressBlock", "HostsFiles", "Network", "pump_sockets"]
 

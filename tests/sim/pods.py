@@ -21,7 +21,8 @@ How a pod's servers are found, independently of the plugin's own reading (tests/
    (``infinistore ...``) by tests/sim/fakeinfinistore.py (its control plane only), the HTTP
    frontend of an LMCache MP server (``lmcache server``) by tests/sim/fakemp.py.
 4. Caches start warm: GPU prefix blocks, CPU offload blocks where a CPU tier exists, a few files in
-   every FS tier root (vLLM's ``vllm/v1/kv_offload/file_mapper.py`` layout), and ``/dev/shm/vllm_offload_<engine_id>.mmap`` for a CPU tier on vLLM >= 0.20.
+   every FS tier root (vLLM's ``vllm/v1/kv_offload/file_mapper.py`` layout), and
+   ``/dev/shm/vllm_offload_<engine_id>.mmap`` for a CPU tier on vLLM >= 0.20.
 
 Per-pod ``overrides`` (all optional; the scenario file passes them through):
 
@@ -56,37 +57,27 @@ Per-pod ``overrides`` (all optional; the scenario file passes them through):
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 import shlex
 import threading
-import uuid
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
-
-from packaging.version import Version
 
 from .fakeinfinistore import FakeInfiniStore, infinistore_manage_port
 from .fakemp import FakeMpServer, mp_http_port
-from .fakevllm import FakeVLLM, Response, dev_mode_state, parse_version
+from .fakevllm import FakeVLLM, Response, dev_mode_state
 from .images import DEFAULT_VERSION, image_entrypoint, image_vllm_version, is_sidecar_image
 from .mooncakestore import DEFAULT_ADMIN_PORT, MooncakeStoreHook
 from .mpstore import DEFAULT_HTTP_PORT as MP_HTTP_PORT
 from .mpstore import LMCacheMPHook, mp_extra
+from .podtiers import PodTiers, _Server
 from .sandbox import Bind, container_host_path, run_recorded, volume_binds
-from .serveargs import (
-    ConnectorInfo,
-    ServeArgs,
-    container_argv,
-    expand_k8s_vars,
-    parse_sidecar_args,
-    vllm_args_of,
-)
+from .serveargs import ServeArgs, container_argv, expand_k8s_vars, vllm_args_of
 from .serveargs import parse_vllm_argv as _parse_vllm_argv
 from .sidecar import RoutingSidecar
+from .sidecarargs import parse_sidecar_args
 
 __all__ = ["ExecView", "PodContext", "PodRuntime"]
 
@@ -118,15 +109,6 @@ class PodContext:
     overrides: dict[str, Any] = field(default_factory=dict)
     default_version: str | None = None
     sandbox: bool = True
-
-
-@dataclass
-class _Server:
-    container: str
-    args: ServeArgs
-    binds: list[Bind]
-    env: dict[str, str]
-    image: str
 
 
 @dataclass(frozen=True)
@@ -190,7 +172,7 @@ def _mentions_vllm(container: dict[str, Any]) -> bool:
     return "vllm" in text or image_entrypoint(str(container.get("image") or "")) is not None
 
 
-class PodRuntime:
+class PodRuntime(PodTiers):
     """The simulated processes of one pod (see module docstring). Thread-safe after start()."""
 
     def __init__(self, ctx: PodContext) -> None:
@@ -228,7 +210,7 @@ class PodRuntime:
             self._started = True
 
     def _start(self) -> None:
-        ctx, spec = self.ctx, self.ctx.spec or {}
+        spec = self.ctx.spec or {}
         containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
         sidecars = [
             c for c in spec.get("initContainers") or []
@@ -238,44 +220,67 @@ class PodRuntime:
         sidecar_specs: list[tuple[str, Any]] = []
 
         for c in sidecars + containers:
-            name = str(c.get("name") or "")
-            env = dict(ctx.env_by_container.get(name) or {})
-            image = str(c.get("image") or "")
-            try:
-                if is_sidecar_image(image):
-                    args = [expand_k8s_vars(str(a), env) for a in (c.get("args") or [])]
-                    command = [expand_k8s_vars(str(a), env) for a in (c.get("command") or [])]
-                    self._env[name] = env
-                    self._recorded[name] = command + args
-                    sidecar_specs.append((name, parse_sidecar_args(args, image)))
-                    continue
-                manage = infinistore_manage_port(container_argv(c, env))
-                if manage is not None:  # the InfiniStore server: its control plane, emulated
-                    self._env[name] = env
-                    self._recorded[name] = container_argv(c, env) or []
-                    ports[manage] = FakeInfiniStore(
-                        manage, keys=int(ctx.overrides.get("infinistore_keys") or 0),
-                        kvmap_len_route=not ctx.overrides.get("infinistore_no_kvmap_len"))
-                    continue
-                argv = [expand_k8s_vars(str(a), env) for a in (c.get("command") or []) + (c.get("args") or [])]
-                mp_port = mp_http_port(argv)
-                if mp_port is not None:  # an LMCache MP server's HTTP frontend (tests/sim/fakemp.py)
-                    self._env[name] = env
-                    self._recorded[name] = argv
-                    ports[mp_port] = FakeMpServer.for_pod(mp_port, image, self._cache_overrides(name))
-                    continue
-                if _mentions_vllm(c):
-                    self._apply_dev_override(env)
-                self._env[name] = env
-                binds = volume_binds(c, ctx.volume_dirs)
-                serve = self._find_serve_args(c, name, env, binds)
-                if serve is not None and serve.config_error:
-                    self.notes.append(f"container {name}: --config {serve.config_file}: {serve.config_error}")
-                if serve is not None:
-                    self._servers.append(_Server(name, serve, binds, env, image))
-            except Exception as exc:  # noqa: BLE001
-                self.notes.append(f"container {name}: {type(exc).__name__}: {exc}")
+            self._read_container(c, ports, sidecar_specs)
+        self._override_ports(containers)
+        self._pick_version(containers)
+        # Native sidecars start first, so they hold their ports if a vLLM server asks for the same.
+        for _name, sc in sidecar_specs:
+            for port, vport in zip(sc.ports, sc.vllm_ports, strict=True):
+                ports.setdefault(port, RoutingSidecar(port=port, vllm_port=vport, secure=sc.secure,
+                                                      upstream=self._call))
 
+        for server in self._servers:
+            self._serve(server, ports)
+
+        with self._lock:
+            self._ports = ports
+
+    def _read_container(self, c: dict[str, Any], ports: dict[int, Any],
+                        sidecar_specs: list[tuple[str, Any]]) -> None:
+        """One container at start: a routing sidecar (its args kept for later), an InfiniStore or
+        LMCache MP server (its fake on ``ports``), else a vLLM server when its argv is one."""
+        ctx = self.ctx
+        name = str(c.get("name") or "")
+        env = dict(ctx.env_by_container.get(name) or {})
+        image = str(c.get("image") or "")
+        try:
+            if is_sidecar_image(image):
+                args = [expand_k8s_vars(str(a), env) for a in (c.get("args") or [])]
+                command = [expand_k8s_vars(str(a), env) for a in (c.get("command") or [])]
+                self._env[name] = env
+                self._recorded[name] = command + args
+                sidecar_specs.append((name, parse_sidecar_args(args, image)))
+                return
+            manage = infinistore_manage_port(container_argv(c, env))
+            if manage is not None:  # the InfiniStore server: its control plane, emulated
+                self._env[name] = env
+                self._recorded[name] = container_argv(c, env) or []
+                ports[manage] = FakeInfiniStore(
+                    manage, keys=int(ctx.overrides.get("infinistore_keys") or 0),
+                    kvmap_len_route=not ctx.overrides.get("infinistore_no_kvmap_len"))
+                return
+            argv = [expand_k8s_vars(str(a), env) for a in (c.get("command") or []) + (c.get("args") or [])]
+            mp_port = mp_http_port(argv)
+            if mp_port is not None:  # an LMCache MP server's HTTP frontend (tests/sim/fakemp.py)
+                self._env[name] = env
+                self._recorded[name] = argv
+                ports[mp_port] = FakeMpServer.for_pod(mp_port, image, self._cache_overrides(name))
+                return
+            if _mentions_vllm(c):
+                self._apply_dev_override(env)
+            self._env[name] = env
+            binds = volume_binds(c, ctx.volume_dirs)
+            serve = self._find_serve_args(c, name, env, binds)
+            if serve is not None and serve.config_error:
+                self.notes.append(f"container {name}: --config {serve.config_file}: {serve.config_error}")
+            if serve is not None:
+                self._servers.append(_Server(name, serve, binds, env, image))
+        except Exception as exc:  # noqa: BLE001
+            self.notes.append(f"container {name}: {type(exc).__name__}: {exc}")
+
+    def _override_ports(self, containers: list[dict[str, Any]]) -> None:
+        """The ``ports`` override (not sandboxed): one server on exactly those ports."""
+        ctx = self.ctx
         override_ports = ctx.overrides.get("ports")
         if not ctx.sandbox and override_ports:
             base = self._servers[0] if self._servers else None
@@ -290,11 +295,16 @@ class PodRuntime:
                 serve_args = dataclasses.replace(base.args, api_ports=plist, dp_ranks=())
                 self._servers = [_Server(base.container, serve_args, base.binds, base.env, base.image)]
 
+    def _pick_version(self, containers: list[dict[str, Any]]) -> None:
+        """The vLLM container, version, dev mode and /dev/shm of the pod (without a server: the
+        image of the container that mentions vLLM)."""
+        ctx = self.ctx
         if self._servers:
             main = self._servers[0]
             self._vllm_container = main.container
             self._version = str(
-                ctx.overrides.get("vllm_version") or ctx.default_version or image_vllm_version(main.image) or DEFAULT_VERSION
+                ctx.overrides.get("vllm_version") or ctx.default_version or image_vllm_version(main.image)
+                or DEFAULT_VERSION
             )
             self._dev = dev_mode_state(main.env.get(DEV_MODE_ENV))
             self._crashed_containers = [s.container for s in self._servers
@@ -303,7 +313,8 @@ class PodRuntime:
             shm = container_host_path("/dev/shm", main.binds, ctx.shm_dir)
             self._shm_host = shm if shm is not None else ctx.shm_dir
         else:
-            guess = next((c for c in containers if _mentions_vllm(c) and not is_sidecar_image(str(c.get("image") or ""))), None)
+            guess = next((c for c in containers
+                          if _mentions_vllm(c) and not is_sidecar_image(str(c.get("image") or ""))), None)
             image = str(guess.get("image") or "") if guess else ""
             self._version = str(
                 ctx.overrides.get("vllm_version") or ctx.default_version or image_vllm_version(image) or DEFAULT_VERSION
@@ -312,50 +323,43 @@ class PodRuntime:
                 self._vllm_container = str(guess.get("name") or "")
                 self._dev = dev_mode_state(self._env.get(self._vllm_container, {}).get(DEV_MODE_ENV))
 
-        # Native sidecars start first, so they hold their ports if a vLLM server asks for the same.
-        for _name, sc in sidecar_specs:
-            for port, vport in zip(sc.ports, sc.vllm_ports, strict=True):
-                ports.setdefault(port, RoutingSidecar(port=port, vllm_port=vport, secure=sc.secure, upstream=self._call))
-
-        for server in self._servers:
-            dev = dev_mode_state(server.env.get(DEV_MODE_ENV))
-            if dev == "invalid" and server is not self._servers[0]:
-                continue  # this container crash-loops: nothing listens on its ports
-            connectors = server.args.connectors(server.env, self._version)
-            hook = None
-            if any(c.name == "MooncakeStoreConnector" for c in connectors):
-                hook = MooncakeStoreHook(dict(server.env), self._pod_file_reader(server.binds),
-                                         self.ctx.overrides.get("hosts_file"),
-                                         int(self.ctx.overrides.get("mooncake_admin_port") or DEFAULT_ADMIN_PORT))
-            mp = mp_extra(server.args.live_kv_transfer_config(server.env, self._version))
-            mp_hook = None if mp is None else LMCacheMPHook(
-                mp, dict(server.env), self.ctx.overrides.get("hosts_file"),
-                int(self.ctx.overrides.get("lmcache_mp_http_port") or MP_HTTP_PORT))
-            kv = server.args.kv_transfer_config or {}
-            for index, port in enumerate(server.args.api_ports):
-                if port in ports:
-                    self.notes.append(f"port {port} of {server.container} already taken")
-                    continue
-                ports[port] = FakeVLLM(
-                    port=port, version=self._version, dev_mode=dev == "on", model=server.args.model,
-                    served_model_name=server.args.served_model_name, connectors=connectors,
-                    overrides=self._cache_overrides(server.container), tls=server.args.tls, env=server.env,
-                    engines=server.args.engines,
-                    first_engine=(server.args.dp_ranks[index] if index < len(server.args.dp_ranks)
-                                  else server.args.first_engine),
-                    api_servers=server.args.api_servers,
-                    kv_transfer_config=self.ctx.overrides.get("live_kv_transfer_config")
-                    or server.args.live_kv_transfer_config(server.env, self._version),
-                    store_hook=hook,
-                    mp_hook=mp_hook,
-                    fs_block_dirs=[self._host_dir(server, root) / f"{self._fs_base(server.args, kv)}_r0"
-                                   for conn in connectors for root in conn.fs_roots],
-                )
-            if dev != "invalid":
-                self._warm_tiers(server, connectors)
-
-        with self._lock:
-            self._ports = ports
+    def _serve(self, server: _Server, ports: dict[int, Any]) -> None:
+        """The fake vLLMs of one server on its API ports (with their store hooks), tiers warmed."""
+        dev = dev_mode_state(server.env.get(DEV_MODE_ENV))
+        if dev == "invalid" and server is not self._servers[0]:
+            return  # this container crash-loops: nothing listens on its ports
+        connectors = server.args.connectors(server.env, self._version)
+        hook = None
+        if any(c.name == "MooncakeStoreConnector" for c in connectors):
+            hook = MooncakeStoreHook(dict(server.env), self._pod_file_reader(server.binds),
+                                     self.ctx.overrides.get("hosts_file"),
+                                     int(self.ctx.overrides.get("mooncake_admin_port") or DEFAULT_ADMIN_PORT))
+        mp = mp_extra(server.args.live_kv_transfer_config(server.env, self._version))
+        mp_hook = None if mp is None else LMCacheMPHook(
+            mp, dict(server.env), self.ctx.overrides.get("hosts_file"),
+            int(self.ctx.overrides.get("lmcache_mp_http_port") or MP_HTTP_PORT))
+        kv = server.args.kv_transfer_config or {}
+        for index, port in enumerate(server.args.api_ports):
+            if port in ports:
+                self.notes.append(f"port {port} of {server.container} already taken")
+                continue
+            ports[port] = FakeVLLM(
+                port=port, version=self._version, dev_mode=dev == "on", model=server.args.model,
+                served_model_name=server.args.served_model_name, connectors=connectors,
+                overrides=self._cache_overrides(server.container), tls=server.args.tls, env=server.env,
+                engines=server.args.engines,
+                first_engine=(server.args.dp_ranks[index] if index < len(server.args.dp_ranks)
+                              else server.args.first_engine),
+                api_servers=server.args.api_servers,
+                kv_transfer_config=self.ctx.overrides.get("live_kv_transfer_config")
+                or server.args.live_kv_transfer_config(server.env, self._version),
+                store_hook=hook,
+                mp_hook=mp_hook,
+                fs_block_dirs=[self._host_dir(server, root) / f"{self._fs_base(server.args, kv)}_r0"
+                               for conn in connectors for root in conn.fs_roots],
+            )
+        if dev != "invalid":
+            self._warm_tiers(server, connectors)
 
     def _cache_overrides(self, container: str | None = None) -> dict[str, Any]:
         """The overrides given to the fake vLLMs of ``container``: the pod's, then those of the
@@ -387,7 +391,8 @@ class PodRuntime:
             return host.read_text()
         return read
 
-    def _find_serve_args(self, c: dict[str, Any], name: str, env: dict[str, str], binds: list[Bind]) -> ServeArgs | None:
+    def _find_serve_args(self, c: dict[str, Any], name: str, env: dict[str, str],
+                         binds: list[Bind]) -> ServeArgs | None:
         read_file = self._pod_file_reader(binds)
         parse_vllm_argv = partial(_parse_vllm_argv, read_file=read_file)
         argv = container_argv(c, env)
@@ -421,69 +426,6 @@ class PodRuntime:
         if chosen is None and result.recordings:
             self._recorded[name] = result.recordings[-1]
         return chosen
-
-    # ------------------------------------------------------------------ warm tiers
-    def _host_dir(self, server: _Server, container_path: str) -> Path:
-        host = container_host_path(container_path, server.binds, self.ctx.shm_dir)
-        if host is None:
-            host = self.ctx.work_dir / "rootfs" / container_path.lstrip("/")
-        return host
-
-    def _warm_tiers(self, server: _Server, connectors: list[ConnectorInfo]) -> None:
-        v = parse_version(self._version)
-        kv = server.args.kv_transfer_config or {}
-        for conn in connectors:
-            for root in conn.fs_roots:
-                host = self._host_dir(server, root)
-                self._fs_roots.append((str(PurePosixPath("/") / root.lstrip("/")), host))
-                if not self.ctx.overrides.get("cold"):
-                    self._write_fs_files(host, server.args, kv)
-        if any(c.cpu_tier for c in connectors) and v >= Version("0.20.0"):
-            engine = str(kv.get("engine_id") or uuid.uuid5(uuid.NAMESPACE_URL, f"{self.ctx.uid}/{server.container}"))
-            ranks = server.args.dp_ranks or (None,)
-            shm = container_host_path("/dev/shm", server.binds, self.ctx.shm_dir) or self.ctx.shm_dir
-            shm.mkdir(parents=True, exist_ok=True)
-            for rank in ranks:
-                eid = engine if rank is None else f"{engine}_dp{rank}"
-                path = shm / f"vllm_offload_{eid}.mmap"
-                with open(path, "wb") as fh:
-                    fh.truncate(1 << 20)
-
-    def _write_fs_files(self, root: Path, args: ServeArgs, kv: dict[str, Any]) -> None:
-        """A handful of files laid out as vLLM's FS tier does (``vllm/v1/kv_offload/file_mapper.py``):
-        ``<root>/<model with / -> _>_<hash12>/config.json`` and
-        ``<root>/<model>_<hash12>_r0/<h[0:3]>/<h[3:5]>_g0/<h>.bin``.
-
-        As ``vllm/v1/kv_offload/file_mapper.py::FileMapper`` and ``tiering/fs/manager.py``: the
-        record's fields (``model_name`` is the model, never ``--served-model-name``), hashed as
-        canonical JSON (sorted keys, no spaces) for ``<hash12>``, written with ``indent=2``."""
-        base = self._fs_base(args, kv)
-        cfg_dir = root / base
-        cfg_dir.mkdir(parents=True, exist_ok=True)
-        (cfg_dir / "config.json").write_text(json.dumps(self._fs_fields(args, kv), indent=2, sort_keys=True))
-        count = int(self.ctx.overrides.get("fs_files", 4))
-        for i in range(count):
-            h = hashlib.sha256(f"{self.ctx.uid}/{args.model}/{i}".encode()).hexdigest()
-            d = root / f"{base}_r0" / h[0:3] / f"{h[3:5]}_g0"
-            d.mkdir(parents=True, exist_ok=True)
-            (d / f"{h}.bin").write_bytes(b"\0" * 256)
-
-    @staticmethod
-    def _fs_fields(args: ServeArgs, kv: dict[str, Any]) -> dict[str, Any]:
-        extra = kv.get("kv_connector_extra_config") if isinstance(kv.get("kv_connector_extra_config"), dict) else {}
-        block = int((extra or {}).get("block_size", 16) or 16)
-        return {"model_name": args.model, "tokens_per_hash": block, "blocks_per_file": 1, "tp_size": 1,
-                "pp_size": 1, "pcp_size": 1, "dcp_size": 1, "dtype": "torch.bfloat16",
-                "kv_cache_groups": [{"tokens_per_block": block, "layer_names": ["model.layers.0.self_attn.attn"]}],
-                "inference_engine": "vllm"}
-
-    @classmethod
-    def _fs_base(cls, args: ServeArgs, kv: dict[str, Any]) -> str:
-        """``<model with / -> _>_<hash12>``: the FS tier's directory of this model (the record's
-        canonical JSON hashed, as ``vllm/v1/kv_offload/file_mapper.py::FileMapper``)."""
-        canonical = json.dumps(cls._fs_fields(args, kv), sort_keys=True, separators=(",", ":"))
-        digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
-        return f"{args.model.replace('/', '_')}_{digest}"
 
     # ------------------------------------------------------------------ requests
     @property
@@ -535,7 +477,8 @@ class PodRuntime:
             fs_files.update(prefix + rel for rel in _list_files(host, cache))
         shm_files: list[str] = []
         if self._shm_host.is_dir():
-            shm_files = sorted(f"/dev/shm/{f.name}" for f in self._shm_host.iterdir() if f.name.startswith("vllm_offload"))
+            shm_files = sorted(f"/dev/shm/{f.name}" for f in self._shm_host.iterdir()
+                               if f.name.startswith("vllm_offload"))
         return {
             "env": dict(env),
             "vllm_container": self._vllm_container,

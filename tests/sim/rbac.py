@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .store import Obj, ResourceType, Store
+from .resourcetypes import Obj, ResourceType
+from .store import Store
 
 __all__ = ["RBACAuthorizer", "rule_allows", "service_account_user"]
 

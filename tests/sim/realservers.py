@@ -4,14 +4,20 @@ A pod of the simulated cluster whose container runs one of these servers runs it
 bubblewrap sandbox with the pod's filesystem view (tests/sim/sandbox.py ``pod_view_argv``: its
 ConfigMaps, Secrets, emptyDirs and PVCs at their mount paths, its /dev/shm), the container's
 resolved environment, and the pod's hosts file at /etc/hosts (tests/sim/network.py), while
-sharing the machine's network so that it can listen on its pod address:
+sharing the machine's network so that it can listen on its pod address. Per peer (``LIST``):
 
-| peer (``LIST``) | container recognised by | what runs |
-|---|---|---|
-| ``redis`` | ``redis-server`` in the argv, or a ``redis``/``valkey`` image without command | Debian's ``redis-server`` with the container's args, plus ``--bind POD_IP --protected-mode no`` |
-| ``mooncake`` | ``mooncake_master`` / ``mooncake_client`` | the venv's binary; ``--rpc_address``/``--host`` = POD_IP; the HTTP metadata server, which binds 0.0.0.0 whatever the flags say, gets a free port and the manifest's port is relayed to it from POD_IP |
-| ``lmcache`` | ``lmcache_controller``, ``-m lmcache.v1.standalone`` (a worker without vLLM), ``lmcache server`` (the MP server) | the command as written, with the LMCache venv first on PATH |
-| ``vllm`` | the vLLM container (tests/sim/podspecs.py ``is_vllm_container``) | vLLM's CPU build serving the tiny model (tests/peers/tinymodel.py) with ``--load-format dummy`` under the manifest's served model name(s) and port |
+- ``redis``: a container with ``redis-server`` in the argv, or a ``redis``/``valkey`` image
+  without command, runs Debian's ``redis-server`` with the container's args, plus
+  ``--bind POD_IP --protected-mode no``.
+- ``mooncake``: ``mooncake_master`` / ``mooncake_client`` run the venv's binary;
+  ``--rpc_address``/``--host`` = POD_IP; the HTTP metadata server, which binds 0.0.0.0 whatever
+  the flags say, gets a free port and the manifest's port is relayed to it from POD_IP.
+- ``lmcache``: ``lmcache_controller``, ``-m lmcache.v1.standalone`` (a worker without vLLM),
+  ``lmcache server`` (the MP server) run the command as written, with the LMCache venv first on
+  PATH.
+- ``vllm``: the vLLM container (tests/sim/podspecs.py ``is_vllm_container``) runs vLLM's CPU
+  build serving the tiny model (tests/peers/tinymodel.py) with ``--load-format dummy`` under the
+  manifest's served model name(s) and port.
 
 ``all`` means every peer that is installed. A scenario rule may set ``real_server: true`` (or
 ``false``) for one pod instead. In a pod where another container runs a real server, a vLLM
@@ -21,8 +27,8 @@ answered through the pod proxy, not through port-forward.
 
 **The pod's network, emulated.** Each pod would have its own network namespace, where binding
 ``0.0.0.0`` is harmless; here every pod shares the machine's loopback, so a server must bind its
-pod address. Python servers get a ``sitecustomize`` (:data:`SITECUSTOMIZE`, on ``PYTHONPATH``)
-that maps a bind of ``0.0.0.0``/``""``/``*`` to the pod address (``socket`` and ``zmq``), and
+pod address. Python servers get a ``sitecustomize`` (:data:`tests.sim.realsite.SITECUSTOMIZE`,
+on ``PYTHONPATH``) that maps a bind of ``0.0.0.0``/``""``/``*`` to the pod address (``socket`` and ``zmq``), and
 turns the "UDP connect to a public address to learn my IP" idiom (LMCache ``rpc_utils.get_ip``,
 vLLM ``get_ip``) into the pod address, as the pod's default route would; any TCP connection or
 datagram to an address outside 127.0.0.0/8 is refused with ``ENETUNREACH``. Nothing leaves the
@@ -30,7 +36,7 @@ loopback. C servers get flags (above).
 
 **vLLM on CPU.** Flags the CPU build cannot run are refused when the manifests load, naming the
 flag (:func:`cpu_refusals`): tensor/pipeline parallel size > 1, data parallel other than internal
-load balancing (:data:`DP_OUTSIDE_FLAGS`), expert parallel, ``--kv-offloading-size`` and the
+load balancing (:data:`tests.sim.realpeers.DP_OUTSIDE_FLAGS`), expert parallel, ``--kv-offloading-size`` and the
 OffloadingConnector, NIXL, P2P NCCL and Mooncake (transfer) connectors (vLLM
 ``vllm/platforms/cpu.py``). ``--data-parallel-size N`` alone runs: N engines behind the one API port, about
 3.5 GB each (run such a pod alone). Other flags that matter to the plugin are passed on
@@ -44,8 +50,8 @@ appended after its own (``KVRESET_SIM_APPEND_SITE``, read by the ``sitecustomize
 server`` it names must run with ``--supported-transfer-mode auto`` (``tests/peers/test_real_mp_reset.py``:
 otherwise the CPU worker's ``engine_driven`` context is refused and vLLM
 never gets ready). A vLLM whose connector is LMCache's in-process one (``LMCacheConnectorV1``,
-:data:`LMCACHE_IN_PROCESS`) gets the same packages, and its ``sitecustomize`` makes LMCache's
-``CreateGPUConnector`` return LMCache's own ``MockGPUConnector`` for vLLM (``lmcache/v1/
+:data:`tests.sim.realpeers.LMCACHE_IN_PROCESS`) gets the same packages, and its ``sitecustomize``
+makes LMCache's ``CreateGPUConnector`` return LMCache's own ``MockGPUConnector`` for vLLM (``lmcache/v1/
 gpu_connector``: 0.5.6 has no connector for vLLM's paged memory on a CPU device, logs "No
 supported cpu connector found" and runs in degraded mode, never hitting): LMCache's keys,
 lookups, hits and clears are then real, only the KV bytes are not copied. The servers LMCache runs
@@ -75,30 +81,45 @@ import dataclasses
 import http.client
 import json
 import os
-import shlex
-import signal
 import socket
-import subprocess
 import threading
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .mpstore import mp_extra
-from .network import pump_sockets
 from .pods import PodContext, PodRuntime
-from .podspecs import is_vllm_container, pod_specs_of
+from .realpeers import (
+    LMCACHE_IN_PROCESS,
+    PEER_NAMES,
+    _base_prefix,
+    _connector_names,
+    _flag_value,
+    _peers,
+    _venv_of,
+    _vllm_container,
+    _without_flags,
+    check_manifest_object,
+    cpu_refusals,
+    parse_real_servers,
+    peer_of,
+    real_kind,
+)
+from .realprocess import (
+    Launch,
+    RealServer,
+    _free_port,
+)
+from .realsite import (
+    SITECUSTOMIZE,
+)
 from .sandbox import DEFAULT_PATH, container_host_path, pod_view_argv, volume_binds
 from .serveargs import container_argv
 
 __all__ = ["PEER_NAMES", "RealPodRuntime", "RealServer", "cpu_refusals", "check_manifest_object",
            "make_runtime", "parse_real_servers", "real_kind"]
 
-PEER_NAMES = ("vllm", "redis", "lmcache", "mooncake")
-STOP_GRACE = 5.0
 STORE_KINDS = {"redis", "mooncake-master", "lmcache-controller", "lmcache-mp"}
 SIM_DIR = "/.sim/real"
 MODEL_DIR = "/.sim/model"
@@ -112,611 +133,25 @@ VLLM_PASS_FLAGS = {
 }
 """vLLM flags passed on to the real server (value count; ``many``: values up to the next flag)."""
 
-DP_OUTSIDE_FLAGS = ("--data-parallel-external-lb", "--data-parallel-hybrid-lb",
-                    "--data-parallel-multi-port-external-lb", "--data-parallel-rank", "-dpr",
-                    "--data-parallel-start-rank", "--data-parallel-address", "-dpa", "--headless")
 """Data-parallel flags the CPU build cannot serve: a dense model refuses external DP, and with a
 tiny MoE the first completion fails in the CPU communicator (vLLM
 ``vllm/distributed/device_communicators/cpu_communicator.py``); ``--data-parallel-size N`` alone
 (internal load balancing) runs."""
 
-LMCACHE_IN_PROCESS = ("LMCacheConnectorV1", "LMCacheConnectorV1Dynamic")
 """Connectors that run LMCache's engine inside the vLLM process (vLLM's
 ``kv_connector/v1/lmcache_connector.py``)."""
-
-_ACCELERATOR_CONNECTORS = {
-    "NixlConnector": "NIXL needs a GPU",
-    "OffloadingConnector": "CPU offloading is only supported on CUDA-alike and XPU GPUs",
-    "P2pNcclConnector": "NCCL needs a GPU",
-    "MooncakeConnector": "Mooncake's transfer connector needs a GPU",
-}
-
-SITECUSTOMIZE = r'''"""A pod's network namespace, emulated on the shared loopback (tests/sim/realservers.py)."""
-import errno as _errno
-import ipaddress as _ip
-import os as _os
-import socket as _socket
-
-_POD_IP = _os.environ.get("KVRESET_SIM_POD_IP", "")
-
-# packages importable after the server's own (a real vLLM with LMCacheMPConnector imports lmcache
-# from the LMCache venv, while its own torch and zmq win)
-for _extra in filter(None, _os.environ.get("KVRESET_SIM_APPEND_SITE", "").split(":")):
-    import sys as _sys
-
-    if _extra not in _sys.path:
-        _sys.path.append(_extra)
-
-
-# LMCache in the vLLM process (LMCacheConnectorV1) on the CPU build: LMCache 0.5.6 has no CPU
-# connector for vLLM's paged memory ("No supported cpu connector found", then degraded mode, never
-# a hit), so its own mock connector stands in for the device copy: keys, lookups, hits and clears
-# are LMCache's real ones, the KV bytes are not copied
-if _os.environ.get("KVRESET_SIM_LMCACHE_MOCK_GPU"):
-    import importlib.abc as _iabc
-    import importlib.machinery as _imach
-    import sys as _sys
-
-    def _mock_gpu(module):
-        real = module.CreateGPUConnector
-
-        def CreateGPUConnector(config, metadata, engine, layout_hints=None):
-            from lmcache.utils import EngineType
-            if engine == EngineType.VLLM:
-                return module.MockGPUConnector(kv_shape=metadata.kv_shape)
-            return real(config, metadata, engine, layout_hints)
-
-        module.CreateGPUConnector = CreateGPUConnector
-
-    class _MockGpuFinder(_iabc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name != "lmcache.v1.gpu_connector":
-                return None
-            spec = _imach.PathFinder.find_spec(name, path)
-            if spec is None or spec.loader is None:
-                return spec
-            run = spec.loader.exec_module
-
-            def exec_module(module, _run=run):
-                _run(module)
-                _mock_gpu(module)
-
-            spec.loader.exec_module = exec_module
-            return spec
-
-    _sys.meta_path.insert(0, _MockGpuFinder())
-
-
-def _loopback(host):
-    try:
-        return _ip.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _wildcard(host):
-    return host in ("", "0.0.0.0", "*")
-
-
-if _POD_IP:
-    _bind, _connect, _connect_ex, _sendto = (_socket.socket.bind, _socket.socket.connect,
-                                             _socket.socket.connect_ex, _socket.socket.sendto)
-
-    def bind(self, address):
-        if self.family == _socket.AF_INET and isinstance(address, tuple) and _wildcard(address[0]):
-            address = (_POD_IP,) + tuple(address[1:])
-        return _bind(self, address)
-
-    def _target(self, address):
-        if self.family not in (_socket.AF_INET, _socket.AF_INET6) or not isinstance(address, tuple):
-            return address
-        host = address[0]
-        try:
-            resolved = _socket.getaddrinfo(host, address[1], self.family)[0][4][0]
-        except (OSError, IndexError):
-            return address
-        if _loopback(resolved):
-            return address
-        if self.type & _socket.SOCK_DGRAM and self.family == _socket.AF_INET:
-            # "which address do I have?": the pod's own, as its default route would say
-            try:
-                _bind(self, (_POD_IP, 0))
-            except OSError:
-                pass
-            return (_POD_IP, address[1])
-        raise OSError(_errno.ENETUNREACH, "only loopback addresses are reachable from a pod "
-                      "of the simulated cluster: %s" % (host,))
-
-    def connect(self, address):
-        return _connect(self, _target(self, address))
-
-    def connect_ex(self, address):
-        try:
-            address = _target(self, address)
-        except OSError as exc:
-            return exc.errno
-        return _connect_ex(self, address)
-
-    def sendto(self, data, *args):
-        address = args[-1]
-        if self.family == _socket.AF_INET and isinstance(address, tuple):
-            try:
-                host = _socket.gethostbyname(address[0])
-            except OSError:
-                host = address[0]
-            if not _loopback(host):
-                raise OSError(_errno.ENETUNREACH, "only loopback addresses are reachable")
-        return _sendto(self, data, *args)
-
-    _socket.socket.bind, _socket.socket.connect = bind, connect
-    _socket.socket.connect_ex, _socket.socket.sendto = connect_ex, sendto
-
-    try:
-        import zmq as _zmq
-    except Exception:
-        _zmq = None
-    if _zmq is not None:
-        _zbind = _zmq.Socket.bind
-
-        def zbind(self, addr):
-            if isinstance(addr, bytes):
-                addr = addr.decode()
-            for wild in ("tcp://*:", "tcp://0.0.0.0:"):
-                if isinstance(addr, str) and addr.startswith(wild):
-                    addr = "tcp://%s:%s" % (_POD_IP, addr[len(wild):])
-            return _zbind(self, addr)
-
-        _zmq.Socket.bind = zbind
-'''
 
 
 # ------------------------------------------------------------------------------ peers
 
 
-def _peers() -> Any:
-    import tests.peers as peers
-    return peers
-
-
-def parse_real_servers(text: str | None) -> frozenset[str]:
-    """``--real-servers`` value -> peer names. ``all`` = every installed peer; an explicit
-    name must be installed. Raises ``ValueError`` naming an unknown or missing peer and
-    ``make peers``."""
-    names = [n.strip() for n in (text or "").split(",") if n.strip()]
-    if not names:
-        return frozenset()
-    peers = _peers()
-    out: set[str] = set()
-    for n in names:
-        if n == "all":
-            out.update(p for p in PEER_NAMES if not peers.missing(p))
-            continue
-        if n not in PEER_NAMES:
-            raise ValueError(f"--real-servers: unknown server {n!r} (choose from "
-                             f"{', '.join(PEER_NAMES)} or all)")
-        if peers.missing(n):
-            raise ValueError(f"--real-servers: {n} is not installed (run make peers)")
-        out.add(n)
-    return frozenset(out)
-
-
-def _venv_of(exe: str) -> Path:
-    return Path(exe).parent.parent
-
-
-def _base_prefix(venv: Path) -> Path | None:
-    """The Python installation a venv was made from (``home`` in its pyvenv.cfg, one up)."""
-    try:
-        for line in (venv / "pyvenv.cfg").read_text().splitlines():
-            k, _, v = line.partition("=")
-            if k.strip() == "home":
-                return Path(v.strip()).resolve().parent
-    except OSError:
-        pass
-    return None
-
-
 # ------------------------------------------------------------------------------ recognising
-
-
-def _vllm_container(c: dict[str, Any]) -> bool:
-    return is_vllm_container(c)
-
-
-def real_kind(container: dict[str, Any], argv: list[str] | None) -> str | None:
-    """The real server a container runs: ``redis``, ``mooncake-master``, ``mooncake-client``,
-    ``lmcache-controller``, ``lmcache-worker``, ``lmcache-mp``, ``vllm``, or None."""
-    words = [os.path.basename(a) for a in (argv or [])]
-    text = " ".join(argv or [])
-    image = str(container.get("image") or "").split("@")[0].rsplit("/", 1)[-1].split(":")[0]
-    if "redis-server" in words or (not container.get("command") and image in ("redis", "valkey")):
-        return "redis"
-    if "mooncake_master" in words:
-        return "mooncake-master"
-    if "mooncake_client" in words:
-        return "mooncake-client"
-    if "lmcache_controller" in words or "lmcache.v1.api_server" in text:
-        return "lmcache-controller"
-    if "lmcache.v1.standalone" in text:
-        return "lmcache-worker"
-    if "lmcache" in words and "server" in words[words.index("lmcache"):][:2]:
-        return "lmcache-mp"
-    if _vllm_container(container):
-        return "vllm"
-    return None
-
-
-def peer_of(kind: str) -> str:
-    """The ``--real-servers`` name of a server kind (``lmcache-mp`` -> ``lmcache``)."""
-    return kind.split("-")[0]
 
 
 # ------------------------------------------------------------------------------ flags
 
 
-def _flag_value(argv: list[str], *names: str) -> str | None:
-    """The last value of ``--name V`` / ``--name=V`` (gflags' ``-name`` too), or None."""
-    found = None
-    for i, tok in enumerate(argv):
-        for n in names:
-            bare = n.lstrip("-")
-            for prefix in (f"--{bare}", f"-{bare}"):
-                if tok == prefix and i + 1 < len(argv):
-                    found = argv[i + 1]
-                elif tok.startswith(prefix + "="):
-                    found = tok.split("=", 1)[1]
-    return found
-
-
-def _without_flags(argv: list[str], *names: str) -> list[str]:
-    """``argv`` without the ``--name V`` / ``--name=V`` forms of ``names``."""
-    out, skip = [], False
-    bare = {n.lstrip("-") for n in names}
-    for tok in argv:
-        if skip:
-            skip = False
-            continue
-        stem = tok.lstrip("-").split("=", 1)[0]
-        if tok.startswith("-") and stem in bare:
-            skip = "=" not in tok
-            continue
-        out.append(tok)
-    return out
-
-
-def cpu_refusals(argv: list[str]) -> list[str]:
-    """Why vLLM's CPU build cannot run this ``vllm serve`` argv: one message per refused flag,
-    naming it (empty: it can). Source: vLLM ``vllm/platforms/cpu.py`` (CPU
-    offloading and external DP fail on 0.32.0 CPU)."""
-    out = []
-    for names, what in ((("--tensor-parallel-size", "-tp"), "tensor parallel"),
-                        (("--pipeline-parallel-size", "-pp"), "pipeline parallel")):
-        v = _flag_value(argv, *names)
-        if v is not None and v.isdigit() and int(v) > 1:
-            out.append(f"{names[0]} {v}: {what} > 1 does not run on vLLM's CPU build")
-    dp = _flag_value(argv, "--data-parallel-size", "-dp")
-    if dp is not None and dp.isdigit() and int(dp) > 1:
-        outside = [f for f in DP_OUTSIDE_FLAGS if any(t == f or t.startswith(f + "=") for t in argv)]
-        local = _flag_value(argv, "--data-parallel-size-local", "-dpl")
-        if local is not None and local != dp:
-            outside.append("--data-parallel-size-local")
-        if outside:
-            out.append(f"--data-parallel-size {dp} with {' '.join(outside)}: only internal load balancing "
-                       "(every engine behind one API server) runs on vLLM's CPU build")
-    if any(t == "--enable-expert-parallel" or t.startswith("--enable-expert-parallel=")
-           for t in argv):
-        out.append("--enable-expert-parallel: expert parallel does not run on vLLM's CPU build")
-    if _flag_value(argv, "--kv-offloading-size") is not None:
-        out.append("--kv-offloading-size: CPU offloading is only supported on CUDA-alike and "
-                   "XPU GPUs")
-    raw = _flag_value(argv, "--kv-transfer-config")
-    if raw:
-        try:
-            cfg = json.loads(raw)
-        except ValueError:
-            cfg = None
-        names = []
-        if isinstance(cfg, dict):
-            names.append(str(cfg.get("kv_connector") or ""))
-            extra = cfg.get("kv_connector_extra_config") or {}
-            for sub in (extra.get("connectors") or []) if isinstance(extra, dict) else []:
-                if isinstance(sub, dict):
-                    names.append(str(sub.get("kv_connector") or ""))
-        for n in names:
-            if n in _ACCELERATOR_CONNECTORS:
-                out.append(f"--kv-transfer-config kv_connector {n}: {_ACCELERATOR_CONNECTORS[n]}"
-                           " (not on vLLM's CPU build)")
-    return out
-
-
-def _connector_names(ktc: Any, depth: int = 0) -> list[str]:
-    """Every ``kv_connector`` a kv-transfer-config names (a MultiConnector's children too)."""
-    if not isinstance(ktc, dict) or depth > 8:
-        return []
-    out = [str(ktc.get("kv_connector") or "")]
-    extra = ktc.get("kv_connector_extra_config")
-    for child in (extra.get("connectors") or []) if isinstance(extra, dict) else []:
-        out += _connector_names(child, depth + 1)
-    return [n for n in out if n]
-
-
-def check_manifest_object(obj: dict[str, Any], real: frozenset[str]) -> None:
-    """At load, with ``vllm`` among ``real``: raise ``ValueError`` naming the object, container
-    and flag when a vLLM container's literal command/args cannot run on the CPU build."""
-    if "vllm" not in real:
-        return
-    md = obj.get("metadata") or {}
-    for spec in pod_specs_of(obj):
-        for c in spec.get("containers") or []:
-            if not isinstance(c, dict) or not _vllm_container(c):
-                continue
-            argv = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
-            text = " ".join(argv)
-            if len(argv) <= 3 and ("-c" in argv):   # a shell script: split it as the shell would
-                try:
-                    argv = shlex.split(text)
-                except ValueError:
-                    pass
-            why = cpu_refusals(argv)
-            if why:
-                raise ValueError(f"{obj.get('kind')} {md.get('name')} container {c.get('name')}"
-                                 f": {why[0]}; use a manifest valid on the CPU build for "
-                                 "--real-servers vllm")
-
-
 # ------------------------------------------------------------------------------ one server
-
-
-def _http_status(ip: str, port: int, path: str, timeout: float = 2.0) -> int | None:
-    try:
-        conn = http.client.HTTPConnection(ip, port, timeout=timeout)
-        try:
-            conn.request("GET", path)
-            return conn.getresponse().status
-        finally:
-            conn.close()
-    except (OSError, http.client.HTTPException):
-        return None
-
-
-def _redis_ping(ip: str, port: int) -> bool:
-    try:
-        with socket.create_connection((ip, port), timeout=2) as s:
-            s.sendall(b"*1\r\n$4\r\nPING\r\n")
-            return s.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-def _running(pid: int) -> bool:
-    """True while process ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return int(s.getsockname()[1])
-
-
-class _PortRelay:
-    """``ip:port`` -> ``127.0.0.1:target``: the manifest's port of a server that had to be
-    moved to a free port (it binds 0.0.0.0)."""
-
-    def __init__(self, ip: str, port: int, target: int) -> None:
-        self.target = target
-        self._sock = socket.socket()
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((ip, port))
-        self._sock.listen(64)
-        threading.Thread(target=self._accept, daemon=True, name=f"sim-relay-{port}").start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            try:
-                up = socket.create_connection(("127.0.0.1", self.target), timeout=5)
-            except OSError:
-                conn.close()
-                continue
-            up.settimeout(None)
-            threading.Thread(target=pump_sockets, args=(conn, up), daemon=True).start()
-
-    def close(self) -> None:
-        try:
-            self._sock.close()
-        except OSError:
-            pass
-
-
-@dataclass
-class Launch:
-    """How to run one real server: ``argv`` inside the sandbox, ``env`` (whole), ``ports`` it
-    serves on the pod address (for port-forward, exec and the proxy), ``moved`` (manifest
-    port -> the free port it really listens on, at 127.0.0.1), ``probe`` kind and port,
-    ``extra_binds`` ``(host path, sandbox path)`` read-only, ``notes``."""
-
-    kind: str
-    container: str
-    argv: list[str]
-    env: dict[str, str]
-    ports: list[int]
-    probe: tuple[str, int, str] | None
-    moved: dict[int, int] = field(default_factory=dict)
-    extra_binds: list[tuple[str, str]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-class RealServer:
-    """One running real server (a bubblewrap sandbox). ``start()`` launches it, ``healthy()``
-    asks its health, ``poll()`` restarts it after it exited (back-off 1..16 s), ``stop()``
-    ends it (SIGTERM to its processes, SIGKILL after ``STOP_GRACE`` s). Thread-safe."""
-
-    def __init__(self, launch: Launch, pod_ip: str, bwrap_prefix: list[str], log: Path) -> None:
-        self.launch = launch
-        self.pod_ip = pod_ip
-        self.prefix = bwrap_prefix
-        self.log_path = log
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.restarts = 0
-        self.exit_codes: list[int] = []
-        self._lock = threading.Lock()
-        self._next_start = 0.0
-        self._stopped = False
-        self._relays: list[_PortRelay] = []
-
-    def start(self) -> None:
-        """Launch (or relaunch) the sandbox, output appended to the log file."""
-        with self._lock:
-            if self._stopped:
-                return
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.log_path, "ab") as log:
-                log.write(f"--- start {time.strftime('%H:%M:%S')}: "
-                          f"{shlex.join(self.launch.argv)}\n".encode())
-                log.flush()
-                self.proc = subprocess.Popen(
-                    [*self.prefix, "--", *self.launch.argv], stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            if not self._relays:
-                for port, target in self.launch.moved.items():
-                    try:
-                        self._relays.append(_PortRelay(self.pod_ip, port, target))
-                    except OSError as e:
-                        self.launch.notes.append(f"cannot relay {self.pod_ip}:{port}: {e}")
-
-    def alive(self) -> bool:
-        """True while the server's sandbox runs."""
-        p = self.proc
-        return p is not None and p.poll() is None
-
-    def poll(self) -> None:
-        """Restart a server that exited, after its back-off (kubelet ``CrashLoopBackOff``)."""
-        p = self.proc
-        if self._stopped or p is None or p.poll() is None:
-            return
-        now = time.monotonic()
-        if self._next_start == 0.0:
-            self.exit_codes.append(int(p.returncode))
-            self._next_start = now + min(16.0, 2.0 ** min(self.restarts, 4))
-            return
-        if now >= self._next_start:
-            self._next_start = 0.0
-            self.restarts += 1
-            self.start()
-
-    def healthy(self) -> bool:
-        """The server's own health answer (module docstring); False while it is not running."""
-        if not self.alive():
-            return False
-        probe = self.launch.probe
-        if probe is None:
-            return True
-        how, port, path = probe
-        if how == "redis":
-            return _redis_ping(self.pod_ip, port)
-        if how == "tcp":
-            try:
-                with socket.create_connection((self.pod_ip, port), timeout=2):
-                    return True
-            except OSError:
-                return False
-        status = _http_status(self.pod_ip, port, path)
-        if how == "http-any":
-            return status is not None
-        return status == 200
-
-    def _sandbox_pids(self) -> list[int]:
-        """Every process of the sandbox (same process group or pid namespace as bwrap)."""
-        p = self.proc
-        if p is None:
-            return []
-        try:
-            ns = os.readlink(f"/proc/{p.pid}/ns/pid")
-        except OSError:
-            ns = None
-        inner_ns = None
-        out = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            pid = int(entry)
-            try:
-                pgid = os.getpgid(pid)
-                pns = os.readlink(f"/proc/{pid}/ns/pid")
-            except OSError:
-                continue
-            if pgid == p.pid or (inner_ns is not None and pns == inner_ns):
-                out.append(pid)
-                if pns != ns:
-                    inner_ns = pns
-        return out
-
-    def _comm(self, pid: int) -> str:
-        try:
-            return Path(f"/proc/{pid}/comm").read_text().strip()
-        except OSError:
-            return ""
-
-    def stop(self, grace: float = STOP_GRACE) -> None:
-        """SIGTERM every process of the sandbox except bubblewrap's own, wait up to ``grace``
-        seconds, then SIGKILL the process group (bubblewrap's death takes its pid namespace,
-        so nothing survives). Idempotent."""
-        with self._lock:
-            self._stopped = True
-            for r in self._relays:
-                r.close()
-            p = self.proc
-        if p is None:
-            return
-        if p.poll() is None:
-            for pid in self._sandbox_pids():
-                if self._comm(pid) != "bwrap":
-                    try:
-                        os.kill(pid, signal.SIGTERM)
-                    except OSError:
-                        pass
-            try:
-                p.wait(grace)
-            except subprocess.TimeoutExpired:
-                pass
-        left = self._sandbox_pids()
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            p.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
-        # SIGKILL is asynchronous: return once every process of the sandbox is gone (or a
-        # zombie waiting for its reaper), at most 5 s later
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and any(_running(pid) for pid in left):
-            time.sleep(0.05)
-
-    def state(self) -> dict[str, Any]:
-        """``kind``, ``container``, ``argv``, ``pid``, ``running``, ``restarts``,
-        ``exit_codes``, ``ports``, ``moved_ports``, ``log``, ``notes``."""
-        p = self.proc
-        return {"kind": self.launch.kind, "container": self.launch.container,
-                "argv": list(self.launch.argv), "pid": p.pid if p is not None else None,
-                "running": self.alive(), "restarts": self.restarts,
-                "exit_codes": list(self.exit_codes), "ports": list(self.launch.ports),
-                "moved_ports": {str(k): v for k, v in self.launch.moved.items()},
-                "log": str(self.log_path), "notes": list(self.launch.notes)}
 
 
 # ------------------------------------------------------------------------------ the pod

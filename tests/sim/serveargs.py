@@ -35,17 +35,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .images import image_entrypoint, is_legacy_sidecar_image
+from .connectorinfo import (
+    ConnectorInfo,
+    read_connectors,
+)
+from .images import image_entrypoint
 
 __all__ = [
     "ConnectorInfo",
     "ServeArgs",
-    "SidecarArgs",
     "container_argv",
     "expand_human_numbers",
     "expand_k8s_vars",
     "human_readable_int",
-    "parse_sidecar_args",
     "parse_vllm_argv",
     "read_connectors",
     "vllm_args_of",
@@ -163,87 +165,6 @@ def _loads_value(text: str) -> Any:
 
 
 @dataclass(frozen=True)
-class ConnectorInfo:
-    """One KV connector (MultiConnector children are flattened into several).
-
-    ``name``: ``kv_connector`` (e.g. ``OffloadingConnector``); ``spec_name``: the Offloading spec
-    (``CPUOffloadingSpec`` default, ``TieringOffloadingSpec``, or an out-of-tree name) or None for
-    other connectors; ``cpu_tier``: the connector keeps a CPU offload tier; ``fs_roots``:
-    container paths of FS tiers (Tiering ``secondary_tiers[type in fs, fs_python].root_dir`` or
-    the legacy llm-d ``shared_storage_path``); ``in_multi``: a MultiConnector child.
-    Source: ``vllm/v1/kv_offload/factory.py``, ``vllm/v1/kv_offload/tiering/``.
-    """
-
-    name: str
-    spec_name: str | None = None
-    cpu_tier: bool = False
-    fs_roots: tuple[str, ...] = ()
-    in_multi: bool = False
-
-
-def _connector_infos(cfg: dict[str, Any], in_multi: bool = False) -> list[ConnectorInfo]:
-    name = str(cfg.get("kv_connector") or "")
-    extra = cfg.get("kv_connector_extra_config") or {}
-    if not isinstance(extra, dict):
-        extra = {}
-    if name == "MultiConnector":
-        out: list[ConnectorInfo] = []
-        for child in extra.get("connectors") or []:
-            if isinstance(child, dict):
-                out.extend(_connector_infos(child, in_multi=True))
-        return out
-    if not name:
-        return []
-    if name == "OffloadingConnector":
-        spec = str(extra.get("spec_name") or "CPUOffloadingSpec")
-        roots: list[str] = []
-        cpu = spec in ("CPUOffloadingSpec", "TieringOffloadingSpec")
-        if spec == "TieringOffloadingSpec":
-            for tier in extra.get("secondary_tiers") or []:
-                if isinstance(tier, dict) and tier.get("type") in ("fs", "fs_python") and tier.get("root_dir"):
-                    roots.append(str(tier["root_dir"]))
-        if extra.get("shared_storage_path"):
-            roots.append(str(extra["shared_storage_path"]))
-        return [ConnectorInfo(name, spec, cpu, tuple(roots), in_multi)]
-    if name == "SimpleCPUOffloadConnector":
-        return [ConnectorInfo(name, None, True, (), in_multi)]
-    return [ConnectorInfo(name, None, False, (), in_multi)]
-
-
-def read_connectors(
-    kv_transfer_config: dict[str, Any] | None,
-    kv_offloading_size: float | None = None,
-    kv_offloading_backend: str | None = None,
-    env: dict[str, str] | None = None,
-    version: str | None = None,
-) -> list[ConnectorInfo]:
-    """The connectors a server runs, MultiConnector children flattened.
-
-    Without ``--kv-transfer-config``, ``--kv-offloading-size`` with backend ``native`` (default)
-    gives ``OffloadingConnector`` + CPU spec, or ``SimpleCPUOffloadConnector`` on vLLM >= 0.33
-    with ``VLLM_USE_SIMPLE_KV_OFFLOAD=1``; backend ``lmcache`` gives ``LMCacheConnectorV1``
-    (``vllm/config/vllm.py::_post_init_kv_transfer_config``).
-    """
-    if kv_transfer_config:
-        return _connector_infos(kv_transfer_config)
-    if kv_offloading_size is None:
-        return []
-    backend = (kv_offloading_backend or "native").lower()
-    if backend == "lmcache":
-        return [ConnectorInfo("LMCacheConnectorV1")]
-    simple = (env or {}).get("VLLM_USE_SIMPLE_KV_OFFLOAD", "") == "1"
-    if simple and version is not None:
-        from packaging.version import InvalidVersion, Version
-
-        try:
-            if Version(version) >= Version("0.33.0"):
-                return [ConnectorInfo("SimpleCPUOffloadConnector", None, True)]
-        except InvalidVersion:
-            pass
-    return [ConnectorInfo("OffloadingConnector", "CPUOffloadingSpec", True)]
-
-
-@dataclass(frozen=True)
 class ServeArgs:
     """What the simulator reads from a ``vllm serve`` / ``api_server`` argv.
 
@@ -288,9 +209,11 @@ class ServeArgs:
 
     def connectors(self, env: dict[str, str] | None = None, version: str | None = None) -> list[ConnectorInfo]:
         """The server's connectors (see :func:`read_connectors`)."""
-        return read_connectors(self.kv_transfer_config, self.kv_offloading_size, self.kv_offloading_backend, env, version)
+        return read_connectors(self.kv_transfer_config, self.kv_offloading_size, self.kv_offloading_backend, env,
+                               version)
 
-    def live_kv_transfer_config(self, env: dict[str, str] | None = None, version: str | None = None) -> dict[str, Any] | None:
+    def live_kv_transfer_config(self, env: dict[str, str] | None = None,
+                                version: str | None = None) -> dict[str, Any] | None:
         """The ``kv_transfer_config`` the server runs with, as ``/server_info?config_format=json``
         shows it: ``--kv-transfer-config`` as given, else what ``--kv-offloading-size`` makes of it
         (``vllm/config/vllm.py::_post_init_kv_transfer_config``: ``native`` -> the CPU
@@ -382,6 +305,48 @@ def parse_vllm_argv(argv: list[str], read_file: Any = None) -> ServeArgs | None:
     if split is None:
         return None
     args, positional_ok = split
+    args, config_file, config_error = _with_config_file(args, positional_ok, read_file)
+    values, flags, dotted, positionals = _scan_flags(args)
+    port = _int(values.get("--port"), 8000)
+    model = values.get("--model") or (positionals[0] if positional_ok and positionals else DEFAULT_MODEL)
+    served = values.get("--served-model-name") or model
+    served = served.split()[0] if served.split() else model
+
+    kv, kv_error = _kv_transfer_config(values, dotted)
+    size: float | None = None
+    if "--kv-offloading-size" in values:
+        try:
+            size = float(values["--kv-offloading-size"])
+        except ValueError:
+            size = None
+
+    ports, ranks, engines, first, api_servers = _engine_layout(values, flags, port, positional_ok)
+
+    return ServeArgs(
+        engines=engines,
+        first_engine=max(first, 0),
+        api_servers=api_servers,
+        argv=tuple(argv),
+        port=port,
+        api_ports=ports,
+        dp_ranks=ranks,
+        model=model,
+        served_model_name=served,
+        kv_transfer_config=kv,
+        kv_config_error=kv_error,
+        kv_offloading_size=size,
+        kv_offloading_backend=values.get("--kv-offloading-backend"),
+        tls=bool(values.get("--ssl-certfile")),
+        extra={k: v for k, v in values.items() if k not in ("--kv-transfer-config",)},
+        config_file=config_file,
+        config_error=config_error,
+    )
+
+
+def _with_config_file(args: list[str], positional_ok: bool, read_file: Any
+                      ) -> tuple[list[str], str | None, str | None]:
+    """``(args, config file, config error)``: ``--config FILE`` replaced by the flags of the YAML
+    file (:func:`_yaml_flags`), placed after a positional model as vLLM does."""
     config_file: str | None = None
     config_error: str | None = None
     if "--config" in args:
@@ -401,6 +366,13 @@ def parse_vllm_argv(argv: list[str], read_file: Any = None) -> ServeArgs | None:
             args = [rest[0], *extra, *rest[1:]]
         else:
             args = [*extra, *rest]
+    return args, config_file, config_error
+
+
+def _scan_flags(args: list[str]) -> tuple[dict[str, str], set[str], list[tuple[str, str]], list[str]]:
+    """``(values, flags, dotted, positionals)`` of server args as argparse reads them: flag values
+    by normalised name, valueless flags, ``--kv-transfer-config.<key>`` parts in order, and the
+    positional arguments."""
     values: dict[str, str] = {}
     flags: set[str] = set()
     dotted: list[tuple[str, str]] = []
@@ -443,12 +415,12 @@ def parse_vllm_argv(argv: list[str], read_file: Any = None) -> ServeArgs | None:
         else:
             positionals.append(tok)
         i += 1
+    return values, flags, dotted, positionals
 
-    port = _int(values.get("--port"), 8000)
-    model = values.get("--model") or (positionals[0] if positional_ok and positionals else DEFAULT_MODEL)
-    served = values.get("--served-model-name") or model
-    served = served.split()[0] if served.split() else model
 
+def _kv_transfer_config(values: dict[str, str], dotted: list[tuple[str, str]]
+                        ) -> tuple[dict[str, Any] | None, str | None]:
+    """``(kv_transfer_config, error)`` from ``--kv-transfer-config`` JSON or its dotted parts."""
     kv: dict[str, Any] | None = None
     kv_error: str | None = None
     raw = values.get("--kv-transfer-config")
@@ -465,14 +437,12 @@ def parse_vllm_argv(argv: list[str], read_file: Any = None) -> ServeArgs | None:
                 kv_error = "kv-transfer-config is not a JSON object"
         except ValueError as exc:
             kv_error = f"kv-transfer-config is not JSON: {exc}"
+    return kv, kv_error
 
-    size: float | None = None
-    if "--kv-offloading-size" in values:
-        try:
-            size = float(values["--kv-offloading-size"])
-        except ValueError:
-            size = None
 
+def _engine_layout(values: dict[str, str], flags: set[str], port: int, positional_ok: bool
+                   ) -> tuple[tuple[int, ...], tuple[int, ...], int, int, int]:
+    """``(API ports, DP ranks, engines, first engine, API servers)`` of the data-parallel flags."""
     ports: tuple[int, ...] = (port,)
     ranks: tuple[int, ...] = ()
     if "--data-parallel-multi-port-external-lb" in flags or "--data-parallel-multi-port-external-lb" in values:
@@ -498,26 +468,7 @@ def parse_vllm_argv(argv: list[str], read_file: Any = None) -> ServeArgs | None:
     api_servers = _int(values.get("--api-server-count") or values.get("-asc"), 0)
     if api_servers <= 0:
         api_servers = engines if positional_ok else 1
-
-    return ServeArgs(
-        engines=engines,
-        first_engine=max(first, 0),
-        api_servers=api_servers,
-        argv=tuple(argv),
-        port=port,
-        api_ports=ports,
-        dp_ranks=ranks,
-        model=model,
-        served_model_name=served,
-        kv_transfer_config=kv,
-        kv_config_error=kv_error,
-        kv_offloading_size=size,
-        kv_offloading_backend=values.get("--kv-offloading-backend"),
-        tls=bool(values.get("--ssl-certfile")),
-        extra={k: v for k, v in values.items() if k not in ("--kv-transfer-config",)},
-        config_file=config_file,
-        config_error=config_error,
-    )
+    return ports, ranks, engines, first, api_servers
 
 
 # vLLM 0.32.0's nargs="+" serve flags (vllm/engine/arg_utils.py, vllm/entrypoints/openai/cli_args.py).
@@ -592,75 +543,3 @@ def _set_dotted(target: dict[str, Any], path: str, value: Any) -> None:
         node[last] = value
 
 
-@dataclass(frozen=True)
-class SidecarArgs:
-    """The routing sidecar's listening setup.
-
-    ``ports``: ``port + i`` for i in range(data_parallel_size); ``vllm_ports``: the vLLM port each
-    forwards to (``vllm_port + i``); ``secure``: TLS on the sidecar ports (``--secure-proxy``,
-    default true). Source: llm-d-inference-scheduler ``pkg/sidecar/proxy/options.go``,
-    ``data_parallel.go``.
-    """
-
-    port: int
-    vllm_port: int
-    dp_size: int
-    secure: bool
-
-    @property
-    def ports(self) -> tuple[int, ...]:
-        """Listening ports, one per DP rank."""
-        return tuple(self.port + i for i in range(self.dp_size))
-
-    @property
-    def vllm_ports(self) -> tuple[int, ...]:
-        """vLLM ports the listening ports forward to, index-aligned with :attr:`ports`."""
-        return tuple(self.vllm_port + i for i in range(self.dp_size))
-
-
-def _go_bool(text: str) -> bool | None:
-    low = text.lower()
-    if low in ("1", "t", "true"):
-        return True
-    if low in ("0", "f", "false"):
-        return False
-    return None
-
-
-def parse_sidecar_args(args: list[str], image: str = "") -> SidecarArgs:
-    """Read the routing sidecar's Go-style flags (``-port=8000``, ``--port 8000``,
-    ``--secure-proxy=false``, ``--data-parallel-size=8``). Unknown flags are ignored; bad numbers
-    keep the default. The ``--vllm-port`` default is 8001 for the legacy
-    ``llm-d-routing-sidecar`` image and 8200 otherwise (llm-d-router PR #1723).
-    """
-    values: dict[str, str] = {}
-    bools: dict[str, bool] = {}
-    i = 0
-    while i < len(args):
-        tok = args[i]
-        if tok.startswith("-") and len(tok) > 1:
-            name, eq, value = tok.lstrip("-").partition("=")
-            if eq:
-                values[name] = value
-            elif name in ("secure-proxy", "enable-ssrf-protection", "enable-prefiller-sampling",
-                          "secure-serving"):
-                bools[name] = True
-            elif i + 1 < len(args) and not args[i + 1].startswith("-"):
-                values[name] = args[i + 1]
-                i += 1
-            else:
-                bools[name] = True
-        i += 1
-    secure = True
-    if "secure-proxy" in values:
-        parsed = _go_bool(values["secure-proxy"])
-        secure = True if parsed is None else parsed
-    elif "secure-proxy" in bools:
-        secure = bools["secure-proxy"]
-    default_vllm = 8001 if is_legacy_sidecar_image(image) else 8200
-    return SidecarArgs(
-        port=_int(values.get("port"), 8000),
-        vllm_port=_int(values.get("vllm-port"), default_vllm),
-        dp_size=max(1, _int(values.get("data-parallel-size"), 1)),
-        secure=secure,
-    )

@@ -11,7 +11,7 @@ import pytest
 
 from tests.sim.__main__ import Simulator
 from tests.sim.scenario import ScenarioError, parse_scenario, split_field_path
-from tests.sim.test_server import MANIFEST, STANDIN, Client
+from tests.sim.simapikit import MANIFEST, STANDIN, Client
 
 DROP = {"deployments": ["status.updatedReplicas", "spec.selector.matchLabels",
                         "metadata.labels.app\\.kubernetes\\.io/part-of"]}

@@ -15,7 +15,7 @@ import pytest
 
 from tests.beside import llm_d_fixture
 from tests.sim.__main__ import Simulator, bwrap_works
-from tests.sim.controllers import PodRecord
+from tests.sim.clusterbase import PodRecord
 from tests.sim.execsandbox import exec_failure_message
 from tests.sim.scenario import parse_scenario
 from tests.sim.server import SimServer

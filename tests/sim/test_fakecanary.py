@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.sim.connectorinfo import ConnectorInfo
 from tests.sim.fakevllm import FakeVLLM
-from tests.sim.serveargs import ConnectorInfo
 
 CPU = ConnectorInfo("OffloadingConnector", "CPUOffloadingSpec", True)
 EXAMPLE = ConnectorInfo("ExampleConnector")
@@ -85,7 +85,8 @@ def test_details_null_without_the_flag_and_counters_match_cached_tokens() -> Non
         assert after[(name, "0", "")] - before[(name, "0", "")] == 256
     key = ("vllm:prompt_tokens_cached_by_source_total", "0", "device")
     assert after[key] - before[key] == 256
-    assert after[("vllm:prefix_cache_queries_total", "0", "")] - before[("vllm:prefix_cache_queries_total", "0", "")] == 300
+    queries = ("vllm:prefix_cache_queries_total", "0", "")
+    assert after[queries] - before[queries] == 300
     assert after[("vllm:cache_config_info", "0", "")] == 1.0
 
 

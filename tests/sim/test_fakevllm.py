@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.sim.connectorinfo import ConnectorInfo
 from tests.sim.fakevllm import FakeVLLM, StreamBody, dev_mode_state
-from tests.sim.serveargs import ConnectorInfo
 
 CPU = ConnectorInfo("OffloadingConnector", "CPUOffloadingSpec", True)
 TIERING = ConnectorInfo("OffloadingConnector", "TieringOffloadingSpec", True, ("/mnt/files-storage",))
@@ -19,8 +19,10 @@ SIMPLE = ConnectorInfo("SimpleCPUOffloadConnector", None, True)
 NIXL = ConnectorInfo("NixlConnector")
 
 
-def fake(version: str = "0.26.0", dev: bool = True, connectors: tuple[ConnectorInfo, ...] = (), **ov: object) -> FakeVLLM:
-    return FakeVLLM(port=8000, version=version, dev_mode=dev, model="org/model", connectors=connectors, overrides=dict(ov))
+def fake(version: str = "0.26.0", dev: bool = True, connectors: tuple[ConnectorInfo, ...] = (),
+         **ov: object) -> FakeVLLM:
+    return FakeVLLM(port=8000, version=version, dev_mode=dev, model="org/model", connectors=connectors,
+                    overrides=dict(ov))
 
 
 def reset(f: FakeVLLM, query: str = "") -> tuple[int, list[tuple[str, str]], bytes]:
@@ -29,7 +31,8 @@ def reset(f: FakeVLLM, query: str = "") -> tuple[int, list[tuple[str, str]], byt
 
 @pytest.mark.parametrize(
     ("value", "state"),
-    [(None, "off"), ("0", "off"), ("1", "on"), ("2", "on"), (" 1", "on"), ("true", "invalid"), ("", "invalid"), ("yes", "invalid")],
+    [(None, "off"), ("0", "off"), ("1", "on"), ("2", "on"), (" 1", "on"), ("true", "invalid"), ("", "invalid"),
+     ("yes", "invalid")],
 )
 def test_dev_mode_parse(value: str | None, state: str) -> None:
     assert dev_mode_state(value) == state
@@ -320,7 +323,8 @@ def test_openapi_lists_routes_and_reset_parameters() -> None:
     assert params == {"reset_external", "reset_running_requests"}
     v12 = json.loads(fake("0.12.0").handle("GET", "/openapi.json", "", {}, b"")[2])
     assert [p["name"] for p in v12["paths"]["/reset_prefix_cache"]["post"]["parameters"]] == ["reset_running_requests"]
-    assert "/reset_prefix_cache" not in json.loads(fake("0.12.0", dev=False).handle("GET", "/openapi.json", "", {}, b"")[2])["paths"]
+    v12_prod = json.loads(fake("0.12.0", dev=False).handle("GET", "/openapi.json", "", {}, b"")[2])
+    assert "/reset_prefix_cache" not in v12_prod["paths"]
 
 
 def test_metrics_0_32_families() -> None:

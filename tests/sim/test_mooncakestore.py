@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from tests.sim.connectorinfo import ConnectorInfo
 from tests.sim.fakevllm import FakeVLLM
 from tests.sim.mooncakestore import MooncakeStoreHook, hosts_lookup
-from tests.sim.serveargs import ConnectorInfo
 
 
 @pytest.fixture()

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from tests.sim.connectorinfo import ConnectorInfo
 from tests.sim.fakemp import FakeMpServer
 from tests.sim.fakevllm import FakeVLLM
 from tests.sim.mpstore import LMCacheMPHook, mp_extra
-from tests.sim.serveargs import ConnectorInfo
 
 CONNECTOR = {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
              "kv_connector_extra_config": {"lmcache.mp.host": "tcp://lmcache-server", "lmcache.mp.port": 5555}}
@@ -57,7 +57,8 @@ def test_mp_extra_finds_the_connector_under_a_multiconnector() -> None:
     assert mp_extra({"kv_connector": "LMCacheConnectorV1"}) is None and mp_extra(None) is None
 
 
-def test_reset_external_clears_the_servers_l1_through_its_http_clear(tmp_path: Path, mp: tuple[FakeMpServer, int]) -> None:
+def test_reset_external_clears_the_servers_l1_through_its_http_clear(tmp_path: Path,
+                                                                     mp: tuple[FakeMpServer, int]) -> None:
     fake, port = mp
     hook = LMCacheMPHook(CONNECTOR, {}, _hosts(tmp_path), port)
     vllm = FakeVLLM(port=8000, version="0.32.0", dev_mode=True, model="m",
@@ -82,7 +83,8 @@ def test_upstream_mp_has_no_hook_but_lmcaches_module_path_does(tmp_path: Path, m
 
 def test_no_hosts_file_models_no_server_and_a_dead_one_fails(tmp_path: Path) -> None:
     assert LMCacheMPHook(CONNECTOR, {}, None).reset() is None
-    dead = LMCacheMPHook({**CONNECTOR, "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1"}}, {}, None, 1)
+    dead = LMCacheMPHook({**CONNECTOR, "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1"}},
+                         {}, None, 1)
     vllm = FakeVLLM(port=8000, version="0.32.0", dev_mode=True, model="m",
                     connectors=[ConnectorInfo("LMCacheMPConnector")], mp_hook=dead)
     _, _, body = vllm.handle("POST", "/reset_prefix_cache", "reset_external=true")

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sim.realservers import (
-    SITECUSTOMIZE,
+from tests.sim.realpeers import (
     _flag_value,
     _without_flags,
     check_manifest_object,
@@ -21,6 +20,7 @@ from tests.sim.realservers import (
     parse_real_servers,
     real_kind,
 )
+from tests.sim.realsite import SITECUSTOMIZE
 
 REPO = Path(__file__).resolve().parents[2]
 

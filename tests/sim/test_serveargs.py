@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from tests.sim.connectorinfo import ConnectorInfo, read_connectors
 from tests.sim.images import image_entrypoint, image_vllm_version, is_sidecar_image
 from tests.sim.serveargs import (
-    ConnectorInfo,
     container_argv,
     expand_human_numbers,
     expand_k8s_vars,
     human_readable_int,
-    parse_sidecar_args,
     parse_vllm_argv,
-    read_connectors,
 )
+from tests.sim.sidecarargs import parse_sidecar_args
 
 
 @pytest.mark.parametrize(
