@@ -92,7 +92,8 @@ class FakeMpServer:
         version = str(overrides.get("lmcache_version") or (tag.lstrip("v") if re.match(r"v?\d+\.\d+\.\d+", tag)
                                                             else DEFAULT_VERSION))
         l2 = overrides.get("mp_l2_objects")
-        return cls(port, version, objects=int(overrides.get("mp_objects", 6)), locked=int(overrides.get("mp_locked", 0)),
+        return cls(port, version, objects=int(overrides.get("mp_objects", 6)),
+                   locked=int(overrides.get("mp_locked", 0)),
                    l2_objects=int(l2) if l2 is not None else None)
 
     def _status(self) -> dict[str, Any]:
@@ -132,8 +133,8 @@ class FakeMpServer:
             request: Any = None
             if body:
                 if path == "/cache/clear" and ctype.split(";")[0].strip() != "application/json":
-                    return _json(422, {"detail": [{"type": "dataclass_type", "loc": ["body"],
-                                                   "msg": "Input should be a dictionary or an instance of ClearRequest"}]})
+                    wrong = "Input should be a dictionary or an instance of ClearRequest"
+                    return _json(422, {"detail": [{"type": "dataclass_type", "loc": ["body"], "msg": wrong}]})
                 try:
                     request = json.loads(body)
                 except ValueError:

@@ -101,7 +101,8 @@ class LMCacheMPHook:
         """Whether vLLM 0.32 loads LMCache's class (which has the hook) for this connector."""
         module = self.connector.get("kv_connector_module_path")
         if isinstance(module, str) and module:
-            return module == LMCACHE_MODULE or (module.startswith("vllm.") and not self.env.get("LMCACHE_USE_UPSTREAM_MP"))
+            return module == LMCACHE_MODULE or (module.startswith("vllm.")
+                                                and not self.env.get("LMCACHE_USE_UPSTREAM_MP"))
         return not self.env.get("LMCACHE_USE_UPSTREAM_MP")
 
     def server(self) -> str | None:

@@ -6,7 +6,8 @@ channel, tests/sim/server.py) both deliver the raw bytes of a TCP connection to 
 (``http.server.BaseHTTPRequestHandler``: request line, headers, ``Content-Length`` or chunked
 body, ``Expect: 100-continue``, keep-alive), hands every request to the pod runtime's
 ``request(port, method, path, query, headers, body, scheme=..., transport=...)`` and writes the
-answer back (a :class:`tests.sim.fakevllm.StreamBody` chunk by chunk, chunked transfer encoding). A connection whose first byte is a TLS handshake record (0x16) is terminated with a
+answer back (a :class:`tests.sim.fakevllm.StreamBody` chunk by chunk, chunked transfer encoding).
+A connection whose first byte is a TLS handshake record (0x16) is terminated with a
 server certificate for ``localhost``/``127.0.0.1``/``::1`` and served as ``https`` (what the pod's
 TLS servers, vLLM with ``--ssl-certfile`` or the routing sidecar with ``--secure-proxy``, would
 see); anything else is ``http``.

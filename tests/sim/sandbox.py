@@ -15,7 +15,8 @@ run is bounded by a timeout.
 
 Recorder format: each invocation takes the next sequence number (an atomic ``mkdir seq.<n>``) and
 writes its argv (program name first) NUL-separated to ``/.sim/out/argv.<n>`` inside the sandbox
-(a bind of a per-run host directory); the host reads them back in invocation order. NUL separation keeps every byte of every argument exact.
+(a bind of a per-run host directory); the host reads them back in invocation order. NUL separation
+keeps every byte of every argument exact.
 """
 
 from __future__ import annotations
@@ -153,10 +154,12 @@ def _write_recorders(bin_dir: Path) -> None:
         '  printf \'%s\\0\' "${0##*/}" "$@" > "$_f.tmp" && mv "$_f.tmp" "$_f"\n'
         '}\n'
     )
-    vllm = "#!/bin/sh\n# simulator recorder standing in for vllm: keep the argv, exit 0\n" + record + 'sim_record "$@"\nexit 0\n'
+    vllm = ("#!/bin/sh\n# simulator recorder standing in for vllm: keep the argv, exit 0\n" + record
+            + 'sim_record "$@"\nexit 0\n')
     real = _real_python()
     cases = "|".join(f'"-m {m}"' for m in _PY_MODULES)
-    fallback = f'exec {real} "$@"\n' if real else 'echo "python3: not available in the simulator sandbox" >&2\nexit 127\n'
+    missing = 'echo "python3: not available in the simulator sandbox" >&2\nexit 127\n'
+    fallback = f'exec {real} "$@"\n' if real else missing
     python = (
         "#!/bin/sh\n# simulator wrapper: record vLLM server entrypoints, run anything else for real\n"
         + record

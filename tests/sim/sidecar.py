@@ -88,7 +88,8 @@ class RoutingSidecar:
                 b"Client sent an HTTP request to an HTTPS server.\n"
             )
         if not self.secure and scheme == "https":
-            return 502, [("content-type", "text/plain; charset=utf-8")], b"tls: first record does not look like a TLS handshake"
+            return (502, [("content-type", "text/plain; charset=utf-8")],
+                    b"tls: first record does not look like a TLS handshake")
         if path == "/health" and method.upper() == "GET":
             return 200, [], b""
         if path.rstrip("/") == "/reset_prefix_cache":

@@ -85,7 +85,8 @@ def bare_sim() -> Iterator[Simulator]:
             sim.stop()
 
 
-def _get(sim: Simulator, path: str, token: str, method: str = "GET", body: Any = None) -> tuple[int, dict[str, str], Any]:
+def _get(sim: Simulator, path: str, token: str, method: str = "GET",
+         body: Any = None) -> tuple[int, dict[str, str], Any]:
     ctx = ssl.create_default_context(cadata=sim.server.ca_pem().decode())
     conn = http.client.HTTPSConnection("127.0.0.1", sim.server.port, context=ctx, timeout=10)
     try:

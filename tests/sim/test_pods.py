@@ -175,7 +175,8 @@ def test_fixture05_tiers_warm_and_version_semantics(tmp_path: Path) -> None:
     assert after["ports"]["8000"]["offload_cpu_blocks"] == st["ports"]["8000"]["offload_cpu_blocks"]
     assert after["fs_tier_files"] == files and after["shm_files"] == st["shm_files"]
     # 0.24 clears the CPU tier (but still not FS files)
-    rt24 = started(make_ctx(spec, tmp_path, overrides={"dev_mode": "on", "vllm_version": "0.24.0"}, pod="p24", uid="u24"))
+    rt24 = started(make_ctx(spec, tmp_path, overrides={"dev_mode": "on", "vllm_version": "0.24.0"},
+                            pod="p24", uid="u24"))
     post(rt24, 8000, query="reset_external=true")
     s24 = rt24.state()
     assert s24["ports"]["8000"]["offload_cpu_blocks"] == 0
