@@ -1,9 +1,10 @@
-"""What a pod object says about the vLLM server it runs: owner, role, container, API ports, dev
-mode and tiers; and which pods a target (owners, ``--all``, a selector) names. Pure: pod dicts
-in, frozen dataclasses out; no I/O (:mod:`kubectl_kvreset.discovery` lists the pods).
+"""What a pod object says about the inference server it runs: engine, owner, role, container, API
+ports, dev mode and tiers; and which pods a target (owners, ``--all``, a selector) names. Pure:
+pod dicts in, frozen dataclasses out; no I/O (:mod:`kubectl_kvreset.discovery` lists the pods).
 
-A pod is a vLLM server when one of its containers runs ``vllm serve`` (or the OpenAI API
-server module), read from the container's command, args and env by :mod:`servecmd`. Labels
+A pod is a server when one of its containers runs an engine's API server (vLLM: ``vllm serve``
+or the OpenAI API server module), read from the container's command, args and env by the
+engines of :data:`kubectl_kvreset.engines.ENGINES` (:func:`~kubectl_kvreset.engines.engine_for`). Labels
 only say which llm-d era and role a pod belongs to; they never decide on their own, because
 the EPP scheduler, the tokenizer render pods (``vllm launch render``) and the requester pods
 of the dual-pod mode carry llm-d labels or vLLM images too (llm-d
@@ -18,8 +19,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engines.vllm.kvconfig import LMCACHE_CONNECTORS, layout_from_serve
-from .engines.vllm.servecmd import ConfigReader, ServeCommandError, ServeConfig, parse_container
+from .engines import DEFAULT_ENGINE, Engine, engine_for, engine_named
+from .engines.base import ConfigReader, ServeConfig, ServerCommandError
+from .engines.vllm.engine import DEV_MODE_ENV as DEV_MODE_ENV  # vLLM's; callers of the dev-mode patch use it
 from .tiers import KVLayout
 
 #: Pod labels by which llm-d and its neighbours mark vLLM server pods, per era
@@ -41,8 +43,6 @@ ROLE_LABELS = ("llm-d.ai/role", "llm-d.io/role")
 #: Images of the llm-d routing sidecar that fronts decode pods (llm-d-inference-scheduler
 #: ``pkg/sidecar/proxy/``, legacy llm-d/llm-d-routing-sidecar).
 _SIDECAR_IMAGE = re.compile(r"(routing-sidecar|disagg-sidecar|pd-sidecar)", re.I)
-
-DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,10 @@ class DevMode:
 
     def describe(self) -> str:
         """Short text for a table cell: ``on``, ``off``, ``off (unset)`` (not in the spec: off
-        unless the image sets it), ``invalid ("true": ...)``, ``unknown (valueFrom)``."""
+        unless the image sets it), ``invalid ("true": ...)``, ``unknown (valueFrom)``, ``not needed``
+        (an engine whose reset routes need no dev mode)."""
+        if self.source == NOT_NEEDED:
+            return "not needed"
         if self.source is None:
             return "off (unset)"
         if self.source != "env":
@@ -86,12 +89,22 @@ class DevMode:
         return "on" if self.enabled else "off"
 
 
-def read_dev_mode(container: Mapping[str, Any]) -> DevMode:
-    """Read ``VLLM_SERVER_DEV_MODE`` from a container spec (last ``env`` entry wins, as the
-    kubelet applies them in order; ``envFrom`` only when no ``env`` entry names it)."""
+#: :attr:`DevMode.source` of a server whose engine serves its reset routes without dev mode
+#: (:attr:`kubectl_kvreset.engines.base.Engine.dev_mode_env` None): always enabled.
+NOT_NEEDED = "not-needed"
+
+
+def read_dev_mode(container: Mapping[str, Any], env_name: str | None = DEV_MODE_ENV) -> DevMode:
+    """Read the dev-mode variable ``env_name`` (vLLM's ``VLLM_SERVER_DEV_MODE`` by default; an
+    engine's :attr:`~kubectl_kvreset.engines.base.Engine.dev_mode_env`) from a container spec
+    (last ``env`` entry wins, as the kubelet applies them in order; ``envFrom`` only when no
+    ``env`` entry names it). ``env_name`` None: the engine needs none, so dev mode is on
+    (source :data:`NOT_NEEDED`)."""
+    if env_name is None:
+        return DevMode(None, NOT_NEEDED, True, True)
     found: Mapping[str, Any] | None = None
     for entry in container.get("env") or []:
-        if entry.get("name") == DEV_MODE_ENV:
+        if entry.get("name") == env_name:
             found = entry
     if found is None:
         if container.get("envFrom"):
@@ -118,8 +131,10 @@ class ApiPort:
 
 
 @dataclass(frozen=True)
-class VllmPod:
-    """Everything discovery knows about one vLLM server pod, from its spec alone."""
+class ServerPod:
+    """Everything discovery knows about one inference server container of a pod, from its spec
+    alone; ``engine`` is the engine that claimed the container (vLLM unless told), which the plan
+    and the job ask for the reset routes and what their answers mean."""
 
     namespace: str
     name: str
@@ -141,6 +156,12 @@ class VllmPod:
     version: str | None = field(default=None, compare=False)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """The pod object as the API returned it (spec.volumes, volumeMounts, status)."""
+    engine: Engine = field(default_factory=lambda: engine_named(DEFAULT_ENGINE), compare=False, repr=False)
+    """The engine whose server runs in ``container`` (:data:`kubectl_kvreset.engines.ENGINES`)."""
+
+
+#: The pod model's name from before the engine seam (every server was vLLM's); the same class.
+VllmPod = ServerPod
 
 
 def pod_env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, str]:
@@ -203,30 +224,6 @@ def pod_env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, s
                 env[name] = str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
                 unread.discard(name)
     return env
-
-
-def lmcache_env_unread(container: Mapping[str, Any]) -> list[str]:
-    """Notes for ``LMCACHE_*`` settings the pod spec does not hold literally: an ``env`` entry
-    with ``valueFrom`` a ConfigMap or Secret key, and ``envFrom`` sources (which may set any
-    ``LMCACHE_*``). The tier list here reads literal values only, so a remote store or disk
-    configured that way is missing from it; ``clear-store`` reads those sources (and needs
-    ``get`` on them)."""
-    out: list[str] = []
-    last = {str(e.get("name") or ""): e for e in container.get("env") or []}  # the last entry of a name wins
-    for name, entry in last.items():
-        source = (entry.get("valueFrom") or {}) if name.startswith("LMCACHE_") else {}
-        for kind, key in (("ConfigMap", "configMapKeyRef"), ("Secret", "secretKeyRef")):
-            ref = source.get(key)
-            if isinstance(ref, Mapping):
-                out.append(f"{name} comes from {kind} {ref.get('name')} key {ref.get('key')}, not read here: a store or "
-                           "disk it names is not in the tiers (clear-store reads it)")
-    for src in container.get("envFrom") or []:
-        for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
-            ref = src.get(key)
-            if isinstance(ref, Mapping):
-                out.append(f"envFrom {kind} {ref.get('name')} may set LMCACHE_* settings, not read here: a store or "
-                           "disk it names is not in the tiers (clear-store reads it)")
-    return out
 
 
 def expand_k8s_refs(text: str, env: Mapping[str, str], missing: list[str] | None = None) -> str:
@@ -359,33 +356,33 @@ def describe_pod(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None =
 
 def describe_pod_containers(pod: Mapping[str, Any], rs_owners: Mapping[str, Owner] | None = None,
                             config_reader: PodConfigReader | None = None) -> list[VllmPod]:
-    """One :class:`VllmPod` per vLLM server container of ``pod`` (spec order; empty when none).
+    """One :class:`ServerPod` per server container of ``pod`` (spec order; empty when none).
 
-    A vLLM container is one whose command line :func:`~kubectl_kvreset.engines.vllm.servecmd.parse_container`
-    reads as ``vllm serve`` or the OpenAI API server module (never assumed to be
-    ``containers[0]``); a pod with two (two models side by side, a canary) gives two, each
+    A server container is one an engine of :data:`kubectl_kvreset.engines.ENGINES` claims
+    (:func:`~kubectl_kvreset.engines.engine_for`; vLLM's reads ``vllm serve`` or the OpenAI API
+    server module), never assumed to be ``containers[0]``; a pod with two (two models side by side, a canary) gives two, each
     with its own ports and state. A container whose command cannot be parsed (bad JSON in a
     flag) is noted in ``notes``. ``config_reader`` reads a ``--config FILE`` the container names
     (the port and tiers set there then count); without one that file is not read.
     """
     notes: list[str] = []
-    chosen: list[tuple[Mapping[str, Any], ServeConfig]] = []
+    chosen: list[tuple[Mapping[str, Any], Engine, ServeConfig]] = []
     for container in (pod.get("spec") or {}).get("containers") or []:
         env = pod_env(pod, container)
         try:
-            cfg = parse_container(container, env, config_reader=_bind_reader(config_reader, pod, container))
-        except ServeCommandError as exc:
+            found = engine_for(container, env, config_reader=_bind_reader(config_reader, pod, container))
+        except ServerCommandError as exc:
             notes.append(f"container {container.get('name')}: {exc}")
             continue
-        if cfg is not None:
-            chosen.append((container, cfg))
-    others = [str(c.get("name", "")) for c, _ in chosen]
-    return [_describe_container(pod, container, cfg, rs_owners, notes + (
+        if found is not None:
+            chosen.append((container, *found))
+    others = [str(c.get("name", "")) for c, _, _ in chosen]
+    return [_describe_container(pod, container, engine, cfg, rs_owners, notes + (
         [f"the pod runs {len(chosen)} vLLM containers ({', '.join(others)}): a row each"] if len(chosen) > 1 else []))
-        for container, cfg in chosen]
+        for container, engine, cfg in chosen]
 
 
-def _describe_container(pod: Mapping[str, Any], container: Mapping[str, Any], cfg: ServeConfig,
+def _describe_container(pod: Mapping[str, Any], container: Mapping[str, Any], engine: Engine, cfg: ServeConfig,
                         rs_owners: Mapping[str, Owner] | None, notes: list[str]) -> VllmPod:
     """The :class:`VllmPod` of one vLLM container of ``pod``."""
     meta = pod.get("metadata") or {}
@@ -393,7 +390,7 @@ def _describe_container(pod: Mapping[str, Any], container: Mapping[str, Any], cf
     labels: Mapping[str, str] = meta.get("labels") or {}
     notes = list(notes)
     env = pod_env(pod, container)
-    layout = layout_from_serve(cfg, env)
+    layout = engine.kv_layout(cfg, env)
     sidecar = _sidecar(spec)
     fronts = _sidecar_ports(sidecar) if sidecar is not None else {}
     ports = tuple(ApiPort(p, cfg.scheme, fronts.get(p)) for p in cfg.api_ports)
@@ -403,8 +400,7 @@ def _describe_container(pod: Mapping[str, Any], container: Mapping[str, Any], cf
         if tier.unevaluated:
             notes.append(f"the FS tier root {tier.root_dir!r} cannot be evaluated from the pod spec "
                          f"({tier.unevaluated}): clear and clear-fs report it left")
-    if any(c in LMCACHE_CONNECTORS for c in layout.connectors):
-        notes.extend(lmcache_env_unread(container))
+    notes.extend(engine.spec_notes(container, layout))
     notes.extend(cfg.notes)
     status = pod.get("status") or {}
     return VllmPod(
@@ -418,7 +414,7 @@ def _describe_container(pod: Mapping[str, Any], container: Mapping[str, Any], cf
         ports=ports,
         serve=cfg,
         layout=layout,
-        dev_mode=read_dev_mode(container),
+        dev_mode=read_dev_mode(container, engine.dev_mode_env),
         phase=str(status.get("phase", "Unknown")),
         ready=_is_ready(pod),
         labels=dict(labels),
@@ -426,6 +422,7 @@ def _describe_container(pod: Mapping[str, Any], container: Mapping[str, Any], cf
         sidecar=str(sidecar.get("name")) if sidecar is not None else None,
         notes=tuple(notes),
         raw=pod,
+        engine=engine,
     )
 
 

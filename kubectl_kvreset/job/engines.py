@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..discovery import ConfigFiles
-from ..engines.vllm.servecmd import ServeCommandError, ServeConfig, parse_container
+from ..engines.base import ServeConfig, ServerCommandError
 from ..kube import Kube, KubeApiError, KubeConnectionError
 from ..pods import VllmPod
 from ..stores.config import SourceLookup, resolve_env
@@ -85,8 +85,8 @@ class _Sources:
 def _reparse(pod: VllmPod, container: Mapping[str, Any], env: Mapping[str, str],
              reader: ConfigFiles) -> ServeConfig | None:
     try:
-        return parse_container(container, env, config_reader=lambda path: reader(pod.raw, container, path))
-    except ServeCommandError:
+        return pod.engine.server_config(container, env, lambda path: reader(pod.raw, container, path))
+    except ServerCommandError:
         return None
 
 

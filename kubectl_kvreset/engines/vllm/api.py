@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 
 from packaging.version import InvalidVersion, Version
+
+from ..base import ResetAnswer as ResetAnswer
+from ..base import ResetOutcome as ResetOutcome
 
 #: First vLLM release whose reset answer carries ``{"success": bool}`` (vllm PR #46893).
 JSON_RESET_BODY_SINCE = Version("0.26.0")
@@ -38,28 +40,6 @@ def reset_answers_for_every_engine(version: Version | None) -> bool:
     (:data:`RESET_ALL_ENGINES_SINCE`); False for older or unknown versions, whose answer is
     engine 0's alone, so the other engines' reset is not confirmed."""
     return version is not None and version >= RESET_ALL_ENGINES_SINCE
-
-
-class ResetOutcome(str, Enum):
-    """How one reset call ended, as the caller should read it."""
-
-    CLEARED = "cleared"          # {"success": true}
-    UNCONFIRMED = "unconfirmed"  # empty 200 (vLLM < 0.26): done, result unknown
-    BUSY = "busy"                # {"success": false}: blocks still held, retry
-    DEV_MODE_OFF = "dev-mode-off"  # 404 from vLLM: the dev routes are not mounted
-    SERVER_ERROR = "server-error"  # vLLM's own 5xx (engine error, forced reset failed)
-    BAD_REQUEST = "bad-request"    # 400/405/422: this client sent something that vLLM refused
-    UNEXPECTED = "unexpected"      # anything else
-
-
-@dataclass(frozen=True)
-class ResetAnswer:
-    """The meaning of one reset answer: ``outcome``, a short ``detail`` for the report and
-    whether repeating the (idempotent) call may help (``retryable``)."""
-
-    outcome: ResetOutcome
-    detail: str
-    retryable: bool
 
 
 def parse_version(text: str | None) -> Version | None:

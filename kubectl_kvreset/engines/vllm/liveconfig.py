@@ -27,6 +27,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from ...tiers import KVLayout, Tier
+from ..base import LiveConfig as LiveConfig
 from .kvconfig import layout_from_config, mark_unevaluated
 
 #: The first release whose ``/version`` the research checked; below it a build counts as unknown.
@@ -67,24 +68,6 @@ def redact(value: Any) -> Any:
     if isinstance(value, str):
         return _URL_USERINFO.sub(lambda m: m.group("scheme") + REDACTED + "@", value)
     return value
-
-
-@dataclass(frozen=True)
-class LiveConfig:
-    """The part of ``/server_info?config_format=json`` this tool reads.
-
-    Attributes:
-        readable: the answer carried ``vllm_config`` as an object (False: text form, an old
-            server, or an answer of another shape; nothing is known then).
-        kv_transfer_config: the live connector object, redacted (None: no connector).
-        model: ``vllm_config.model_config.model``, the model name vLLM uses for the FS tier's
-            directories and LMCache's keys (after ``VLLM_MODEL_REDIRECT_PATH`` or an object-store
-            download, ``vllm/config/model.py``); None when absent.
-    """
-
-    readable: bool
-    kv_transfer_config: Mapping[str, Any] | None
-    model: str | None = None
 
 
 def read_server_info(body: bytes) -> LiveConfig:

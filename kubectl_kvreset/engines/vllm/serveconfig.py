@@ -1,4 +1,6 @@
-"""What a vLLM command line established: :class:`ServeConfig`, and the facts derived from it.
+"""What a vLLM command line established: :class:`ServeConfig` (the shape every engine reads a
+command line into, defined in :mod:`kubectl_kvreset.engines.base` and re-exported here), and the
+facts derived from it.
 
 Which values hold a construct left unevaluated (:func:`unevaluated_in`), whether the model name is
 the one vLLM uses (:func:`model_unknown_reason`, :func:`known_model`), and how many engines answer
@@ -8,15 +10,9 @@ behind an API port (:func:`engines_behind_port`, :func:`engines_unknown_reason`)
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-#: Reads a ``--config`` path of the container: returns ``(yaml_text, where)`` (``where`` names
-#: the source for notes, e.g. ``ConfigMap vllm-config key config.yaml``); raises
-#: :class:`~kubectl_kvreset.engines.vllm.configfile.ConfigFileError` when the file cannot be read.
-ConfigReader = Callable[[str], "tuple[str, str]"]
+from ..base import ConfigReader, ServeConfig, ServerCommandError
 
 __all__ = [
     "MODEL_REDIRECT_ENV",
@@ -31,92 +27,12 @@ __all__ = [
 ]
 
 
-class ServeCommandError(ValueError):
+class ServeCommandError(ServerCommandError):
     """A vLLM command line that vLLM itself would reject, or that cannot be read.
 
     The message names the flag (e.g. ``--kv-transfer-config: invalid JSON ...``) or the shell
     construct (unbalanced quotes) at fault.
     """
-
-
-@dataclass(frozen=True)
-class ServeConfig:
-    """What a vLLM API server was told on its command line.
-
-    Attributes:
-        argv: the vLLM invocation after every expansion, from ``vllm``/``python3`` on.
-        entrypoint: ``"vllm serve"`` or ``"api_server"``
-            (``python3 -m vllm.entrypoints.openai.api_server``).
-        model: the positional model of ``vllm serve`` or ``--model``; None when absent.
-        served_model_name: the first ``--served-model-name`` value, or None.
-        api_ports: every API server port, ascending. ``--port`` (default 8000); with
-            ``--data-parallel-multi-port-external-lb`` one port per local DP rank,
-            ``port .. port+N-1`` where N is ``--data-parallel-size-local``. Empty when the port
-            could not be resolved (see ``notes``).
-        scheme: ``"https"`` when ``--ssl-certfile``/``--ssl-keyfile`` is given, else ``"http"``.
-        kv_transfer_config: decoded ``--kv-transfer-config`` (dotted keys merged, human-readable
-            numbers expanded), or None.
-        kv_offloading_size_gib: ``--kv-offloading-size`` in GiB, or None.
-        kv_offloading_backend: ``--kv-offloading-backend``; ``"native"`` when only the size is
-            given; None without a size.
-        data_parallel_size_local: ``--data-parallel-size-local`` (``-dpl``), or None.
-        config_file: ``--config FILE`` (or ``--config=FILE``, which vLLM does not expand).
-        config_source: where the file's flags were read from (``ConfigMap NAME key K``), None
-            when it was not read.
-        config_error: why a ``--config`` file vLLM reads could not be read (its port and tiers
-            are then not established), else None.
-        unresolved_vars: names of ``$VAR``/``$(VAR)`` references the environment could not
-            resolve (kept literally in ``argv``).
-        unevaluated: ``(literal, reason)`` for each construct kept as written in ``argv``
-            because it could not be evaluated here (command substitution, an unset variable, a
-            ``$(VAR)`` whose value the spec does not hold): a value holding ``literal`` is not
-            what vLLM sees (:func:`unevaluated_in`).
-        notes: human-readable remarks about what could not be known.
-        env: the environment vLLM would see: the container env plus what the script exported or
-            set for the command (e.g. ``export VLLM_USE_SIMPLE_KV_OFFLOAD=1``).
-        engines_per_port: how many engines (DP ranks) answer behind each API port, from
-            :func:`engines_behind_port`; 1 without data parallelism or with one API server per
-            rank.
-        model_unknown: why ``model`` is not the name vLLM uses (``model_config.model``, which
-            names the FS tier's directories and LMCache's keys and files): it holds a construct
-            not evaluated, vLLM redirects it, or it is a remote URI (:func:`model_unknown_reason`);
-            None when ``model`` is that name. Per-model steps are then left.
-        model_live: ``model`` is the running server's ``model_config.model`` (read from
-            ``/server_info``), not the spec's: nothing redirects it any more.
-        engines_flags: the data-parallel flags that decide ``engines_per_port`` as vLLM reads
-            them (``("--data-parallel-size $(DP)",)``); empty without them or with one API
-            server per rank.
-        engines_unknown: why the flags do not establish ``engines_per_port`` (a value holding a
-            construct not evaluated, such as ``$(DP)`` from a ConfigMap, or an unread
-            ``--config`` file), so more engines than counted may answer behind the port; None
-            when they do.
-        engines_secret: ``engines_per_port`` was read from a Secret's value, which is never
-            shown (the count is used, not printed).
-    """
-
-    argv: tuple[str, ...]
-    entrypoint: str
-    model: str | None
-    served_model_name: str | None
-    api_ports: tuple[int, ...]
-    scheme: str
-    kv_transfer_config: Mapping[str, Any] | None
-    kv_offloading_size_gib: float | None
-    kv_offloading_backend: str | None
-    data_parallel_size_local: int | None
-    config_file: str | None
-    unresolved_vars: tuple[str, ...]
-    notes: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    engines_per_port: int = 1
-    config_source: str | None = None
-    config_error: str | None = None
-    unevaluated: tuple[tuple[str, str], ...] = ()
-    model_unknown: str | None = None
-    model_live: bool = False
-    engines_flags: tuple[str, ...] = ()
-    engines_unknown: str | None = None
-    engines_secret: bool = False
 
 
 #: vLLM's model-redirect variable (``vllm/envs.py``): a file mapping model names to others.

@@ -1,0 +1,100 @@
+"""vLLM as an :class:`~kubectl_kvreset.engines.base.Engine`: each answer delegates to the
+vLLM modules of this package (:mod:`.servecmd`, :mod:`.kvconfig`, :mod:`.api`, :mod:`.liveconfig`).
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from packaging.version import Version
+
+from ...tiers import KVLayout
+from ..base import ConfigReader, Engine, LiveConfig, ResetAnswer, ServeConfig
+from . import api, liveconfig
+from .kvconfig import LMCACHE_CONNECTORS, layout_from_serve
+from .servecmd import parse_container
+
+__all__ = ["DEV_MODE_ENV", "VllmEngine", "lmcache_env_unread"]
+
+#: The variable that mounts vLLM's dev routes (the reset routes among them) when it is a
+#: non-zero integer (``vllm/envs.py``).
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
+
+
+class VllmEngine(Engine):
+    """vLLM's API server (``vllm serve``, ``python3 -m vllm.entrypoints.openai.api_server``):
+    ``POST /reset_prefix_cache`` (with ``reset_external``), ``/reset_mm_cache`` and
+    ``/reset_encoder_cache`` by version, served only in dev mode; ``GET /version``;
+    ``GET /server_info?config_format=json`` for the live connector."""
+
+    name = "vllm"
+    version_route = "/version"
+    reset_route = "/reset_prefix_cache"
+    live_config_route = ("/server_info", (("config_format", "json"),))
+    dev_mode_env = DEV_MODE_ENV
+
+    def server_config(self, container: Mapping[str, Any], env: Mapping[str, str],
+                      config_reader: ConfigReader | None = None) -> ServeConfig | None:
+        """:func:`.servecmd.parse_container` (raises :class:`.servecmd.ServeCommandError`)."""
+        return parse_container(container, env, config_reader=config_reader)
+
+    def kv_layout(self, config: ServeConfig, env: Mapping[str, str]) -> KVLayout:
+        """:func:`.kvconfig.layout_from_serve`."""
+        return layout_from_serve(config, env)
+
+    def spec_notes(self, container: Mapping[str, Any], layout: KVLayout) -> list[str]:
+        """With an LMCache connector: :func:`lmcache_env_unread`."""
+        if any(c in LMCACHE_CONNECTORS for c in layout.connectors):
+            return lmcache_env_unread(container)
+        return []
+
+    def read_version(self, body: bytes) -> str | None:
+        """:func:`.api.version_from_body`."""
+        return api.version_from_body(body)
+
+    def release(self, version: str | None) -> Version | None:
+        """:func:`.liveconfig.release_version`."""
+        return liveconfig.release_version(version)
+
+    def reset_query(self, release: Version | None, *, reset_external: bool = True,
+                    reset_running_requests: bool = False) -> list[tuple[str, str]]:
+        """:func:`.api.reset_query`."""
+        return api.reset_query(release, reset_external=reset_external, reset_running_requests=reset_running_requests)
+
+    def extra_reset_routes(self, release: Version | None) -> tuple[str, ...]:
+        """:func:`.api.extra_reset_routes`."""
+        return api.extra_reset_routes(release)
+
+    def read_reset_answer(self, status: int, body: bytes, headers: Mapping[str, str] | None = None) -> ResetAnswer:
+        """:func:`.api.read_reset_answer`."""
+        return api.read_reset_answer(status, body, headers)
+
+    def read_live_config(self, body: bytes) -> LiveConfig:
+        """:func:`.liveconfig.read_server_info`."""
+        return liveconfig.read_server_info(body)
+
+
+def lmcache_env_unread(container: Mapping[str, Any]) -> list[str]:
+    """Notes for ``LMCACHE_*`` settings the pod spec does not hold literally: an ``env`` entry
+    with ``valueFrom`` a ConfigMap or Secret key, and ``envFrom`` sources (which may set any
+    ``LMCACHE_*``). The tier list here reads literal values only, so a remote store or disk
+    configured that way is missing from it; ``clear-store`` reads those sources (and needs
+    ``get`` on them)."""
+    out: list[str] = []
+    last = {str(e.get("name") or ""): e for e in container.get("env") or []}  # the last entry of a name wins
+    for name, entry in last.items():
+        source = (entry.get("valueFrom") or {}) if name.startswith("LMCACHE_") else {}
+        for kind, key in (("ConfigMap", "configMapKeyRef"), ("Secret", "secretKeyRef")):
+            ref = source.get(key)
+            if isinstance(ref, Mapping):
+                out.append(f"{name} comes from {kind} {ref.get('name')} key {ref.get('key')}, not read here: a store or "
+                           "disk it names is not in the tiers (clear-store reads it)")
+    for src in container.get("envFrom") or []:
+        for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
+            ref = src.get(key)
+            if isinstance(ref, Mapping):
+                out.append(f"envFrom {kind} {ref.get('name')} may set LMCACHE_* settings, not read here: a store or "
+                           "disk it names is not in the tiers (clear-store reads it)")
+    return out
