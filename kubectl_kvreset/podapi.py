@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from enum import Enum
 from urllib.parse import urlencode
 
-from .engines.vllm.api import ResetAnswer, ResetOutcome, read_reset_answer, version_from_body
+from .engines import DEFAULT_ENGINE, Engine, engine_named
+from .engines.base import ResetAnswer, ResetOutcome
 from .kube import (
     ExecResult,
     HttpAnswer,
@@ -426,28 +427,32 @@ class PodCaller:
 
 
 def probe_version(caller: PodCaller, ref: PodRef, port: int, *, scheme: str = "http",
-                  attempts: int = 3) -> str | CallFailure:
-    """``GET /version`` (not dev-gated, every vLLM since 0.7): the version string, or why not.
+                  attempts: int = 3, engine: Engine | None = None) -> str | CallFailure:
+    """``GET`` the ``engine``'s version route (vLLM's by default: ``/version``, not dev-gated,
+    every vLLM since 0.7): the version string, or why not.
 
-    A vLLM answer that is not ``{"version": ...}`` gives ``CallFailure("no-version", ...)``.
+    An answer the engine reads no version from (vLLM: not ``{"version": ...}``) gives
+    ``CallFailure("no-version", ...)``.
     """
+    engine = engine or engine_named(DEFAULT_ENGINE)
+    route = engine.version_route
     last: HttpAnswer | CallFailure = CallFailure("unreachable", "not tried")
     for attempt in range(attempts):
-        last = caller.call(ref, port, "GET", "/version", scheme=scheme, timeout_s=VERSION_TIMEOUT_S,
+        last = caller.call(ref, port, "GET", route, scheme=scheme, timeout_s=VERSION_TIMEOUT_S,
                            max_bytes=VERSION_MAX_BYTES)
         if isinstance(last, HttpAnswer):
             if last.status == 200:
-                version = version_from_body(last.body)
+                version = engine.read_version(last.body)
                 if version:
                     return version
             if last.status < 500:
-                return CallFailure("no-version", f"GET /version answered {last.status}")
+                return CallFailure("no-version", f"GET {route} answered {last.status}")
         elif last.kind in ("forbidden", "pod-gone", "too-large"):
             return last
         if attempt + 1 < attempts:
             caller.sleep(0.5 * 2**attempt)
     if isinstance(last, HttpAnswer):
-        return CallFailure("no-version", f"GET /version answered {last.status}")
+        return CallFailure("no-version", f"GET {route} answered {last.status}")
     return last
 
 
@@ -473,11 +478,13 @@ class ResetResult:
 def reset(caller: PodCaller, ref: PodRef, port: int, route: str, query: Sequence[tuple[str, str]],
           *, scheme: str = "http", attempts: int = 3, busy_timeout_s: float = 30.0,
           clock: Callable[[], float] = time.monotonic,
-          on_busy: Callable[[float], None] | None = None) -> ResetResult:
+          on_busy: Callable[[float], None] | None = None, engine: Engine | None = None) -> ResetResult:
     """POST a reset route (``/reset_prefix_cache`` with ``query``, ``/reset_mm_cache``, ...) on
-    one port, applying the module's retry rules. Never raises for cluster answers.
-    ``on_busy``: called with the seconds left before the busy deadline each time vLLM answers
-    busy and another try follows (a progress display)."""
+    one port, applying the module's retry rules; the server's answers are read by ``engine``
+    (:meth:`~kubectl_kvreset.engines.base.Engine.read_reset_answer`; vLLM's by default). Never
+    raises for cluster answers. ``on_busy``: called with the seconds left before the busy
+    deadline each time the server answers busy and another try follows (a progress display)."""
+    read_answer = (engine or engine_named(DEFAULT_ENGINE)).read_reset_answer
     sleep = caller.sleep
     start = clock()
     calls = busy = errors = 0
@@ -495,7 +502,7 @@ def reset(caller: PodCaller, ref: PodRef, port: int, route: str, query: Sequence
                 return ResetResult(route, None, got, calls, busy, clock() - start)
             sleep(0.5 * 2 ** (errors - 1))
             continue
-        answer = read_reset_answer(got.status, got.body, got.headers)
+        answer = read_answer(got.status, got.body, got.headers)
         if answer.outcome is ResetOutcome.BUSY:
             busy += 1
             remaining = busy_timeout_s - (clock() - start)

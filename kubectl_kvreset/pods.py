@@ -300,10 +300,12 @@ def _is_ready(pod: Mapping[str, Any]) -> bool:
 
 
 def _sidecar(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    candidates: list[Mapping[str, Any]] = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    candidates: list[Mapping[str, Any]] = [c for c in spec.get("initContainers") or []
+                                           if c.get("restartPolicy") == "Always"]
     candidates += list(spec.get("containers") or [])
     for c in candidates:
-        if _SIDECAR_IMAGE.search(str(c.get("image", ""))) or c.get("name") in ("routing-proxy", "llm-d-routing-sidecar"):
+        if (_SIDECAR_IMAGE.search(str(c.get("image", "")))
+                or c.get("name") in ("routing-proxy", "llm-d-routing-sidecar")):
             return c
     return None
 
@@ -360,7 +362,8 @@ def describe_pod_containers(pod: Mapping[str, Any], rs_owners: Mapping[str, Owne
 
     A server container is one an engine of :data:`kubectl_kvreset.engines.ENGINES` claims
     (:func:`~kubectl_kvreset.engines.engine_for`; vLLM's reads ``vllm serve`` or the OpenAI API
-    server module), never assumed to be ``containers[0]``; a pod with two (two models side by side, a canary) gives two, each
+    server module), never assumed to be ``containers[0]``; a pod with two (two models side by side, a canary)
+    gives two, each
     with its own ports and state. A container whose command cannot be parsed (bad JSON in a
     flag) is noted in ``notes``. ``config_reader`` reads a ``--config FILE`` the container names
     (the port and tiers set there then count); without one that file is not read.

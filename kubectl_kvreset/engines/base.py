@@ -75,11 +75,13 @@ class ServeConfig:
         env: the environment vLLM would see: the container env plus what the script exported or
             set for the command (e.g. ``export VLLM_USE_SIMPLE_KV_OFFLOAD=1``).
         engines_per_port: how many engines (DP ranks) answer behind each API port, from
-            :func:`kubectl_kvreset.engines.vllm.servecmd.engines_behind_port`; 1 without data parallelism or with one API server per
+            :func:`kubectl_kvreset.engines.vllm.servecmd.engines_behind_port`; 1 without data parallelism or
+            with one API server per
             rank.
         model_unknown: why ``model`` is not the name vLLM uses (``model_config.model``, which
             names the FS tier's directories and LMCache's keys and files): it holds a construct
-            not evaluated, vLLM redirects it, or it is a remote URI (:func:`kubectl_kvreset.engines.vllm.servecmd.model_unknown_reason`);
+            not evaluated, vLLM redirects it, or it is a remote URI
+            (:func:`kubectl_kvreset.engines.vllm.servecmd.model_unknown_reason`);
             None when ``model`` is that name. Per-model steps are then left.
         model_live: ``model`` is the running server's ``model_config.model`` (read from
             ``/server_info``), not the spec's: nothing redirects it any more.

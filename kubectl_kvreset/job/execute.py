@@ -54,7 +54,7 @@ def reset_route(plan: Plan, pod_plan: PodPlan, port: ApiPort, route: str,
     caller = plan.scope.caller
     query = pod_plan.query if route == pod_plan.routes[0] else ()
     return reset(caller, ref, port.port, route, query, scheme=port.scheme,
-                 busy_timeout_s=plan.options.busy_timeout_s, on_busy=on_busy)
+                 busy_timeout_s=plan.options.busy_timeout_s, on_busy=on_busy, engine=pod.engine)
 
 
 def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], None] | None = None,
@@ -276,7 +276,7 @@ def split_busy_engines(plan: Plan, by_port: dict[PortKey, list[ResetResult | Not
         caller = plan.scope.caller
         before = fetch_metrics(caller, ref, port.port, scheme=port.scheme)
         again = reset(caller, ref, port.port, pod_plan.routes[0], pod_plan.query, scheme=port.scheme,
-                      busy_timeout_s=0.0)
+                      busy_timeout_s=0.0, engine=pod_plan.pod.engine)
         after = fetch_metrics(caller, ref, port.port, scheme=port.scheme)
         if again.outcome is not ResetOutcome.BUSY or before.text is None or after.text is None:
             return again, None

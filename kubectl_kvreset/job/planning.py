@@ -16,8 +16,6 @@ from dataclasses import dataclass, field, replace
 from packaging.version import Version
 
 from ..consent import User
-from ..engines.vllm.api import extra_reset_routes, reset_query
-from ..engines.vllm.liveconfig import release_version
 from ..kube import KubeApiError
 from ..plan import (
     DISRUPTIVE_STEPS,
@@ -353,7 +351,8 @@ def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, 
     (:func:`pod_plan`, with the pod's hold from ``holds``, keyed by uid); a pod that is not
     running is planned from its status, its crash cause read with its resolved dev-mode value
     (``dev_modes``, :func:`crash_dev_modes`); with ``fallback="devmode"``, one that crash-loops on
-    a dev-mode value vLLM refuses (:func:`refused_dev_mode`) gets the dev-mode step instead. A disruptive step acts on the owner, so when one
+    a dev-mode value vLLM refuses (:func:`refused_dev_mode`) gets the dev-mode step instead. A disruptive step
+    acts on the owner, so when one
     pod of an owner needs it, every targeted pod of that owner gets it (their API reset is
     dropped: the new pods start cold)."""
     plans: list[PodPlan] = []
@@ -403,16 +402,17 @@ def pod_plan(pod: VllmPod, got: Probed, fallback: str, preempt: bool,
                      + ("/openapi.json decided the reset routes and parameters" if probe.routes is not None
                         else "the oldest behaviour is assumed"))
     version_text = probe.version if probe else None
-    version = release_version(version_text)
+    engine = pod.engine
+    version = engine.release(version_text)
     effects = api_reset_effects(pod.layout, version, reset_external=True)
-    query = tuple(reset_query(version, reset_external=True, reset_running_requests=preempt))
-    routes = ("/reset_prefix_cache",) + extra_reset_routes(version)
+    query = tuple(engine.reset_query(version, reset_external=True, reset_running_requests=preempt))
+    routes = (engine.reset_route,) + engine.extra_reset_routes(version)
     unconfirmed: tuple[Tier, ...] = ()
     if probe is not None and version is None and probe.routes is not None:
         listed = probe.routes
-        routes = ("/reset_prefix_cache",) + tuple(r for r in listed.routes if r != "/reset_prefix_cache")
-        query = tuple((k, v) for k, v in reset_query(None, reset_external="reset_external" in listed.params,
-                                                      reset_running_requests=preempt) if k in listed.params)
+        routes = (engine.reset_route,) + tuple(r for r in listed.routes if r != engine.reset_route)
+        query = tuple((k, v) for k, v in engine.reset_query(None, reset_external="reset_external" in listed.params,
+                                                             reset_running_requests=preempt) if k in listed.params)
         if "reset_external" in listed.params:
             newest = {e.tier: e for e in api_reset_effects(pod.layout, NEWEST_KNOWN, reset_external=True)}
             changed = []
@@ -483,7 +483,8 @@ def withhold_external(layout: KVLayout, version: Version | None, effects: tuple[
     for e in effects:
         low = off.get(e.tier)
         if _hooked(e.tier):
-            e = TierEffect(e.tier, False, f"reset sent with reset_external=false: {own.get(e.tier.connector or '', why)}",
+            e = TierEffect(e.tier, False,
+                           f"reset sent with reset_external=false: {own.get(e.tier.connector or '', why)}",
                            None)
             held.append(e.tier)
         elif e.emptied_by_api_reset and low is not None and not low.emptied_by_api_reset:

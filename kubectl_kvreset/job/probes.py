@@ -29,7 +29,6 @@ from ..engines.vllm.liveconfig import (
     LiveConfig,
     RouteSet,
     read_openapi,
-    read_server_info,
     reconcile,
     release_version,
 )
@@ -87,17 +86,22 @@ class Probe:
 
 
 def _server_info(caller: PodCaller, pod: VllmPod) -> LiveConfig | str:
+    """The live configuration of ``pod``'s engine (vLLM: ``GET /server_info?config_format=json``)."""
     port = pod.ports[0]
-    got = caller.call(PodRef(pod.namespace, pod.name, pod.container), port.port, "GET", "/server_info",
-                      [("config_format", "json")], scheme=port.scheme, timeout_s=VERSION_TIMEOUT_S,
+    route = pod.engine.live_config_route
+    if route is None:
+        return f"{pod.engine.name} has no live configuration route"
+    path, query = route
+    got = caller.call(PodRef(pod.namespace, pod.name, pod.container), port.port, "GET", path,
+                      list(query), scheme=port.scheme, timeout_s=VERSION_TIMEOUT_S,
                       max_bytes=SERVER_INFO_MAX_BYTES)
     if isinstance(got, CallFailure):
         return got.message
     if got.status == 404:
-        return "GET /server_info answered 404 (dev mode off)"
+        return f"GET {path} answered 404 (dev mode off)"
     if got.status != 200:
-        return f"GET /server_info answered {got.status}"
-    return read_server_info(got.body)
+        return f"GET {path} answered {got.status}"
+    return pod.engine.read_live_config(got.body)
 
 
 def _openapi(caller: PodCaller, pod: VllmPod) -> RouteSet | None:
@@ -155,13 +159,14 @@ def probe_templates(caller: PodCaller, firsts: dict[tuple[str, ...], VllmPod], m
                     dev_mode_on: Callable[[VllmPod], bool | None]) -> dict[tuple[str, ...], Probe | NotRun]:
     """The :class:`Probe` of each template key, read on the pod given for it (see :func:`probe_pods`)."""
     units: list[tuple[tuple[str, ...], str]] = [(k, "version") for k in firsts]
-    units += [(k, "server_info") for k, pod in firsts.items() if dev_mode_on(pod) is not False]
+    units += [(k, "server_info") for k, pod in firsts.items()
+              if dev_mode_on(pod) is not False and pod.engine.live_config_route is not None]
 
     def one(unit: tuple[tuple[str, ...], str]) -> str | CallFailure | LiveConfig:
         pod = firsts[unit[0]]
         if unit[1] == "version":
             return probe_version(caller, PodRef(pod.namespace, pod.name, pod.container), pod.ports[0].port,
-                                 scheme=pod.ports[0].scheme)
+                                 scheme=pod.ports[0].scheme, engine=pod.engine)
         return _server_info(caller, pod)
 
     answers = parallel(units, one, max_concurrency, cancel)
@@ -173,7 +178,7 @@ def probe_templates(caller: PodCaller, firsts: dict[tuple[str, ...], VllmPod], m
         else:
             lives[key] = got  # type: ignore[assignment]
     unknown = [k for k, v in versions.items() if not isinstance(v, NotRun)
-               and release_version(v if isinstance(v, str) else None) is None]
+               and firsts[k].engine.release(v if isinstance(v, str) else None) is None]
     counting = [k for k, v in versions.items() if isinstance(v, str) and needs_engine_labels(v)
                 and dev_mode_on(firsts[k]) is not False]
     second: list[tuple[tuple[str, ...], str]] = [(k, "openapi") for k in unknown] + [(k, "metrics") for k in counting]
@@ -193,7 +198,7 @@ def probe_templates(caller: PodCaller, firsts: dict[tuple[str, ...], VllmPod], m
             continue
         live = lives.get(key)
         text = v if isinstance(v, str) else None
-        release = release_version(text)
+        release = firsts[key].engine.release(text)
         routes = opened.get(key)
         labels = labelled.get(key)
         out[key] = Probe(

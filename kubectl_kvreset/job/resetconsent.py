@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..consent import hold
-from ..engines.vllm.liveconfig import release_version
 from ..plan import NEWEST_KNOWN, STORE_WIDE_HOOKS, StoreWideHook, store_wide_hook
 from ..pods import VllmPod
 from ..stores.calls import StoreCall, store_users, user_names
@@ -165,7 +164,7 @@ def reset_reaches(calls: Sequence[StoreCall], plans: Sequence[Any]) -> tuple[Sto
     for p in plans:
         if ("reset_external", "true") not in p.query or not p.has("api-reset"):
             continue
-        version = release_version(p.version) or NEWEST_KNOWN
+        version = p.pod.engine.release(p.version) or NEWEST_KNOWN
         for tier in p.pod.layout.tiers:
             hook = store_wide_hook(tier, version)
             if hook is not None:

@@ -109,7 +109,8 @@ def read_reset_answer(status: int, body: bytes, headers: Mapping[str, str] | Non
     text = body.decode("utf-8", "replace").strip()
     if status == 200:
         if not text:
-            return ResetAnswer(ResetOutcome.UNCONFIRMED, "empty 200: vLLM < 0.26 does not say whether the reset worked", False)
+            return ResetAnswer(ResetOutcome.UNCONFIRMED, "empty 200: vLLM < 0.26 does not say whether the reset worked",
+                               False)
         try:
             doc = json.loads(text)
         except ValueError:
@@ -117,10 +118,12 @@ def read_reset_answer(status: int, body: bytes, headers: Mapping[str, str] | Non
         if isinstance(doc, dict) and doc.get("success") is True:
             return ResetAnswer(ResetOutcome.CLEARED, "success", False)
         if isinstance(doc, dict) and doc.get("success") is False:
-            return ResetAnswer(ResetOutcome.BUSY, "vLLM answered success:false (blocks still held by running requests or transfers)", True)
+            return ResetAnswer(ResetOutcome.BUSY, "vLLM answered success:false (blocks still held by running requests "
+                               "or transfers)", True)
         return ResetAnswer(ResetOutcome.UNEXPECTED, f"200 with an unexpected body: {text[:80]}", False)
     if status == 404:
-        return ResetAnswer(ResetOutcome.DEV_MODE_OFF, "404: the dev routes are off (VLLM_SERVER_DEV_MODE is not set to 1)", False)
+        return ResetAnswer(ResetOutcome.DEV_MODE_OFF,
+                           "404: the dev routes are off (VLLM_SERVER_DEV_MODE is not set to 1)", False)
     if status >= 500 and REMOTE_KV_BUSY in text:
         # a forced reset while requests wait for remote KV (a P/D prefill pod): blocks are
         # still held, so it is busy, not an error (0.32.0 vllm/v1/core/sched/scheduler.py
@@ -210,7 +213,8 @@ def parse_metrics(text: str) -> list[EngineMetrics]:
                 engine = sample.labels.get("engine", "")
                 if "model_name" in sample.labels:
                     models.setdefault(engine, sample.labels["model_name"])
-                if name in _USAGE or name == "vllm:kv_offload_cpu_cache_usage_perc" or any(name in v for v in _COUNTERS.values()):
+                if (name in _USAGE or name == "vllm:kv_offload_cpu_cache_usage_perc"
+                        or any(name in v for v in _COUNTERS.values())):
                     bucket = values.setdefault(engine, {})
                     bucket[name] = bucket.get(name, 0.0) + float(sample.value)
     except (ValueError, TypeError, IndexError) as exc:

@@ -89,8 +89,8 @@ def lmcache_env_unread(container: Mapping[str, Any]) -> list[str]:
         for kind, key in (("ConfigMap", "configMapKeyRef"), ("Secret", "secretKeyRef")):
             ref = source.get(key)
             if isinstance(ref, Mapping):
-                out.append(f"{name} comes from {kind} {ref.get('name')} key {ref.get('key')}, not read here: a store or "
-                           "disk it names is not in the tiers (clear-store reads it)")
+                out.append(f"{name} comes from {kind} {ref.get('name')} key {ref.get('key')}, not read here: "
+                           "a store or disk it names is not in the tiers (clear-store reads it)")
     for src in container.get("envFrom") or []:
         for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
             ref = src.get(key)
