@@ -26,7 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .engines.vllm.servecmd import ServeCommandError, parse_container
+from .engines import engine_for
+from .engines.base import ServerCommandError
 from .pods import DEV_MODE_ENV, pod_env
 
 __all__ = [
@@ -195,18 +196,19 @@ def pod_as_owner(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 def find_vllm_containers(template: Mapping[str, Any]) -> list[VllmContainer]:
     """Every container of a pod template that runs a vLLM API server, in spec order, by the
-    rule discovery uses for pods (:func:`kubectl_kvreset.engines.vllm.servecmd.parse_container` reads its
-    command, args and literal env); never assumed to be ``containers[0]``. A pod may run two
+    rule discovery uses for pods (:func:`kubectl_kvreset.engines.engine_for` reads its command,
+    args and literal env; kept when the engine's dev-mode variable is :data:`DEV_MODE_ENV`, the
+    one this module patches); never assumed to be ``containers[0]``. A pod may run two
     (two models side by side): each reads its own ``VLLM_SERVER_DEV_MODE``, and one that vLLM
     refuses crash-loops on its own. Empty when there is none."""
     pod_like = {"metadata": template.get("metadata") or {}, "spec": template.get("spec") or {}}
     found: list[VllmContainer] = []
     for index, container in enumerate((template.get("spec") or {}).get("containers") or []):
         try:
-            cfg = parse_container(container, pod_env(pod_like, container))
-        except ServeCommandError:
+            claimed = engine_for(container, pod_env(pod_like, container))
+        except ServerCommandError:
             continue
-        if cfg is not None:
+        if claimed is not None and claimed[0].dev_mode_env == DEV_MODE_ENV:
             found.append(VllmContainer(index, str(container.get("name", "")), container))
     return found
 

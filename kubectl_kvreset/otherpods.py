@@ -33,7 +33,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engines.vllm.servecmd import ServeCommandError, kubernetes_expand, parse_container, python_module
+from .engines import engine_for
+from .engines.base import ServerCommandError
+from .engines.vllm.servecmd import kubernetes_expand, python_module
 from .pods import Owner, Targets, _is_ready, _sidecar, parse_owner_ref, pod_env, pod_owner, pod_role
 from .shellscript import Shell, ShellScriptError
 
@@ -255,7 +257,7 @@ def describe_other_containers(pod: Mapping[str, Any], rs_owners: Mapping[str, Ow
     label = _label_engine(labels)
     if not found and not vllm_containers and label is not None:
         sidecar = _sidecar(spec)
-        candidates = [c for c in containers if c is not sidecar and not _runs_vllm(pod, c)]
+        candidates = [c for c in containers if c is not sidecar and not _claimed(pod, c)]
         named = [c for c in candidates if c.get("name") in ("modelserver", "main")]
         chosen = named[0] if named else (candidates[0] if len(candidates) == 1 else None)
         if chosen is not None:
@@ -271,10 +273,12 @@ def describe_other_containers(pod: Mapping[str, Any], rs_owners: Mapping[str, Ow
         for c, engine, port, notes, matched in found]
 
 
-def _runs_vllm(pod: Mapping[str, Any], container: Mapping[str, Any]) -> bool:
+def _claimed(pod: Mapping[str, Any], container: Mapping[str, Any]) -> bool:
+    """Whether a registered engine (:data:`kubectl_kvreset.engines.ENGINES`) runs its server in
+    ``container``: such a container is discovery's, not another engine's."""
     try:
-        return parse_container(container, pod_env(pod, container)) is not None
-    except ServeCommandError:
+        return engine_for(container, pod_env(pod, container)) is not None
+    except ServerCommandError:
         return False
 
 

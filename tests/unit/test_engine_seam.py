@@ -159,6 +159,7 @@ def test_toy_engine_is_discovered_planned_and_reset(tree: Path) -> None:
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["package"].startswith(str(tree))
     assert got["pods"] == [["toy-0", "server", "toy", [9100], "not needed"]]
+    assert got["others"] == []  # the toy container is the registry's, not an unknown engine's
     assert got["routes"] == [["/toy/reset"]]
     assert got["versions"] == ["1.0.0"]
     assert got["steps"] == [["api-reset"]]
