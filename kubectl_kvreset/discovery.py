@@ -38,8 +38,10 @@ from .pods import (
 )
 
 __all__ = [
-    "ConfigFiles", "OtherPod", "discover_all", "DEV_MODE_ENV", "ROLE_LABELS", "SERVING_LABELS", "ApiPort", "DevMode", "Owner", "TargetError", "Targets",
-    "VllmPod", "deployment_from_replicaset_name", "describe_pod", "describe_pod_containers", "discover", "expand_k8s_refs", "matched_label",
+    "ConfigFiles", "OtherPod", "discover_all", "DEV_MODE_ENV", "ROLE_LABELS", "SERVING_LABELS", "ApiPort", "DevMode",
+    "Owner", "TargetError", "Targets",
+    "VllmPod", "deployment_from_replicaset_name", "describe_pod", "describe_pod_containers", "discover",
+    "expand_k8s_refs", "matched_label",
     "missing_pair_roles", "parse_owner_ref", "pod_env", "pod_owner", "pod_role", "read_dev_mode",
     "replicaset_owners", "select",
 ]

@@ -526,7 +526,8 @@ def plan_pod_steps(effects: tuple[TierEffect, ...], *, dev_mode_on: bool | None,
             steps.insert(0, Step(STEP_API_RESET, tuple(e.tier for e in pod_local if e.emptied_by_api_reset)))
         for e in needs_restart:
             if dev_off:
-                reason = "dev mode is off in the pod spec (VLLM_SERVER_DEV_MODE is 0 or not an integer): vLLM serves no reset route"
+                reason = ("dev mode is off in the pod spec (VLLM_SERVER_DEV_MODE is 0 or not an integer): "
+                          "vLLM serves no reset route")
                 flag = "--fallback=devmode or --fallback=restart"
             else:
                 reason = e.reason
