@@ -91,7 +91,7 @@ demo: $(BIN)/.ready $(ZIPAPP)
 
 # ruff, mypy strict, and the import layers contract (setup.cfg [importlinter]).
 lint: $(BIN)/.ready
-	$(BIN)/ruff check kubectl_kvreset tests
+	$(BIN)/ruff check kubectl_kvreset tests krew
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

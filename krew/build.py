@@ -305,7 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_bytecode and os.environ.get("PYTHONHASHSEED") != "0":
             # byte code holds sets of constants in hash order: a fixed seed makes it reproducible
             env = {**os.environ, "PYTHONHASHSEED": "0"}
-            return subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv], env=env, check=False).returncode
+            again = [sys.executable, str(Path(__file__).resolve()), *argv]
+            return subprocess.run(again, env=env, check=False).returncode
         replace_main(args.src, args.dst, args.main.read_bytes(), [("_kvreset_boot.py", args.boot.read_bytes())],
                      bytecode=not args.no_bytecode)
     elif args.cmd == "prune":
