@@ -38,22 +38,31 @@ def engine_named(name: str) -> Engine:
 
 def engine_for(container: Mapping[str, Any], env: Mapping[str, str],
                config_reader: ConfigReader | None = None) -> tuple[Engine, ServeConfig] | None:
-    """The first engine of :data:`ENGINES` whose server runs in ``container``, with the config
-    it read (:meth:`~kubectl_kvreset.engines.base.Engine.server_config`), or None when none does.
+    """The engine of :data:`ENGINES` whose server runs in ``container``, with the config it read
+    (:meth:`~kubectl_kvreset.engines.base.Engine.server_config`), or None when none does. Every
+    engine is asked: a container is one engine's or none's.
 
     Raises:
-        ServerCommandError: no engine claimed the container and one of them could not read its
-            command line (the first such error).
+        ServerCommandError: one engine claimed the container but could not read its command line
+            (that engine's error, even where another engine also claims it), or two or more
+            engines claim it (a script that starts servers of several engines): the container is
+            then refused, never read as only one of them.
     """
-    error: ServerCommandError | None = None
+    claims: list[tuple[Engine, ServeConfig]] = []
+    errors: list[tuple[Engine, ServerCommandError]] = []
     for engine in ENGINES:
         try:
             cfg = engine.server_config(container, env, config_reader)
         except ServerCommandError as exc:
-            error = error or exc
+            errors.append((engine, exc))
             continue
         if cfg is not None:
-            return engine, cfg
-    if error is not None:
-        raise error
-    return None
+            claims.append((engine, cfg))
+    names = [e.name for e, _ in claims] + [e.name for e, _ in errors]
+    if len(names) > 1:
+        raise ServerCommandError(
+            f"the command starts servers of more than one engine ({', '.join(sorted(names))}); each is emptied "
+            "only from a container of its own: run them in separate containers")
+    if errors:
+        raise errors[0][1]
+    return claims[0] if claims else None

@@ -10,7 +10,7 @@ Each result carries the store's own counts before and after.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..kube import Kube, KubeAnswerTooLarge, KubeApiError, KubeConnectionError, size_text, status_message
@@ -129,13 +129,29 @@ def run_call(kube: Kube, call: StoreCall, *, dry_run: bool = False, timeout_s: f
 
 def _one(kube: Kube, call: StoreCall, clearer: Clearer, ep: Endpoint, dry_run: bool, timeout_s: float) -> StoreResult:
     try:
-        return clearer(kube, call, ep, dry_run, timeout_s)
+        return vouched(clearer(kube, call, ep, dry_run, timeout_s))
     except STORE_ERRORS as exc:
         return StoreResult("failed", message=str(exc))
     except KubeApiError as exc:
         return StoreResult("failed", message=api_refusal(call, exc))
     except KubeConnectionError as exc:
         return StoreResult("failed", message=str(exc))
+    except Exception as exc:  # a kind's fault must not lose the rows of the resets already made
+        return StoreResult("failed", message=f"{kind_of(call.store.kind).name.value}: clear raised "
+                                             f"{type(exc).__name__}: {exc}")
+
+
+def vouched(result: StoreResult) -> StoreResult:
+    """``result`` as a row may show it: ``emptied`` only where the store's own count after the
+    clear is 0. A kind that says ``emptied`` with no count after is ``unconfirmed``; with a count
+    above 0 it is ``left``. Other results pass unchanged."""
+    if result.result != "emptied" or result.after == 0:
+        return result
+    if result.after is None:
+        why = "the store's own count after the clear is missing"
+        return replace(result, result="unconfirmed", message="; ".join(m for m in (result.message, why) if m))
+    why = f"{result.after} {result.unit} remain after the clear"
+    return replace(result, result="left", message="; ".join(m for m in (result.message, why) if m))
 
 
 def _every_endpoint(kube: Kube, call: StoreCall, clearer: Clearer, eps: Sequence[Endpoint], dry_run: bool,

@@ -29,9 +29,23 @@ KINDS: tuple[Kind, ...] = (
     Other(),
 )
 
-_BY_NAME: dict[str, Kind] = {k.name.value: k for k in KINDS}
-_BY_SCHEME: dict[str, Kind] = {scheme: k for k in KINDS for scheme in k.schemes}
-_BY_CONNECTOR: dict[str, Kind] = {connector: k for k in KINDS for connector in k.connectors}
+
+
+def _unique(what: str, pairs: list[tuple[str, Kind]]) -> dict[str, Kind]:
+    """``pairs`` as a mapping; raises ``ValueError`` naming both kinds when two kinds give the same
+    ``what`` (a name, a scheme or a connector): a later kind never takes another's stores over."""
+    found: dict[str, Kind] = {}
+    for key, kind in pairs:
+        if key in found:
+            raise ValueError(f"store kinds {type(found[key]).__name__} and {type(kind).__name__} both claim "
+                             f"the {what} {key!r}: give each kind its own")
+        found[key] = kind
+    return found
+
+
+_BY_NAME: dict[str, Kind] = _unique("name", [(k.name.value, k) for k in KINDS])
+_BY_SCHEME: dict[str, Kind] = _unique("remote_url scheme", [(s, k) for k in KINDS for s in k.schemes])
+_BY_CONNECTOR: dict[str, Kind] = _unique("connector", [(c, k) for k in KINDS for c in k.connectors])
 _OTHER: Kind = _BY_NAME[StoreKind.OTHER.value]
 
 
