@@ -34,7 +34,7 @@ from ..plan import (
     NEWEST_KNOWN as _NEWEST_KNOWN,
 )
 from ..podapi import CallFailure
-from ..pods import Owner, VllmPod
+from ..pods import NOT_NEEDED, Owner, VllmPod
 from ..podstate import NotRunning, ResolvedDevMode, not_running
 from ..pool import NOT_RUN, Cancel, NotRun
 from ..rollout import dev_mode_changes, pod_dev_modes, source_lookup
@@ -103,9 +103,12 @@ def dev_mode_on(pod: VllmPod) -> bool | None:
     (``int()`` fails: the server crash-loops; ``vllm/envs.py``); a value the container's script
     sets (``VLLM_SERVER_DEV_MODE=1 vllm serve``, ``export``) counts the same. None when the spec
     does not say (unset: the image's ENV or a webhook may still set it; ``valueFrom``/``envFrom``):
-    the reset is then sent and a 404 decides.
+    the reset is then sent and a 404 decides. True for a server whose engine has no dev mode
+    (:data:`kubectl_kvreset.pods.NOT_NEEDED`): its reset routes are always served.
     """
     dm = pod.dev_mode
+    if dm.source == NOT_NEEDED:
+        return True
     if dm.source == "env":
         return bool(dm.enabled)
     if dm.source is None:

@@ -103,3 +103,17 @@ def test_the_registry_has_no_shared_key() -> None:
     for what, pairs in (("scheme", [(s, k) for k in registry.KINDS for s in k.schemes]),
                         ("connector", [(c, k) for k in registry.KINDS for c in k.connectors])):
         assert len({key for key, _ in pairs}) == len(pairs), what
+
+
+def test_an_engine_without_dev_mode_counts_as_serving_its_routes() -> None:
+    from dataclasses import replace
+
+    from kubectl_kvreset.job.planning import dev_mode_on
+    from kubectl_kvreset.pods import NOT_NEEDED, DevMode, describe_pod_containers
+
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+           "spec": {"containers": [{"name": "v", "image": "x", "command": ["vllm", "serve", "m"]}]},
+           "status": {"phase": "Running"}}
+    server = describe_pod_containers(pod)[0]
+    assert dev_mode_on(server) is None
+    assert dev_mode_on(replace(server, dev_mode=DevMode(None, NOT_NEEDED, True, True))) is True
