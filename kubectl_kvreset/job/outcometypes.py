@@ -92,7 +92,8 @@ class PortOutcome:
     message the one it replaces (the key keeps the pod the plan was made for). ``reset_busy``:
     the reset's last answer was ``success: false`` (blocks held by running requests);
     ``engines_emptied``: the data-parallel engines behind the port shown emptied even so
-    (:class:`~kubectl_kvreset.engines.vllm.api.EngineSplit`).
+    (:class:`~kubectl_kvreset.engines.vllm.api.EngineSplit`). ``engine``: the server's engine
+    (:attr:`kubectl_kvreset.engines.base.Engine.name`), the row's ``engine`` field.
     """
 
     namespace: str
@@ -114,6 +115,7 @@ class PortOutcome:
     successor: str | None = None
     reset_busy: bool = False
     engines_emptied: tuple[str, ...] = ()
+    engine: str = "vllm"
 
     @property
     def key(self) -> tuple[str, str, str, int | None]:
@@ -133,7 +135,7 @@ class PortOutcome:
                         else f"a new pod of the same name replaced {self.pod}",) + messages
         return {
             "namespace": self.namespace, "pod": self.successor or self.pod, "port": self.port, "role": self.role,
-            "owner": self.owner, "container": self.container, "engine": "vllm", "version": self.version,
+            "owner": self.owner, "container": self.container, "engine": self.engine, "version": self.version,
             **{kind: _join(list(self.tiers.get(kind, ()))) for kind in TIER_KINDS},
             "result": self.result, "message": "; ".join(messages) or None, "steps": list(self.steps),
             "calls": self.calls, "busy_answers": self.busy_answers,

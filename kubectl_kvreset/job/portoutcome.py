@@ -118,6 +118,7 @@ def port_outcome(plan: PodPlan, port: ApiPort | None, results: RunResults, *, in
                 *_version_note(plan, ran.reset.state))
     cells = {kind: states for kind in TIER_KINDS if (states := tuple(t.state for t in tiers if t.kind == kind))}
     return PortOutcome(
+        engine=pod.engine.name,
         namespace=pod.namespace, pod=pod.name, container=pod.container, port=port.port if port is not None else None,
         role=pod.role, owner=pod.owner.ref(), version=plan.version, tiers=cells, result=result, messages=messages,
         steps=plan.steps.actions(), calls=sum(r.calls for r in answers),
@@ -353,6 +354,7 @@ def skipped_outcome(pod: VllmPod, port: ApiPort | None, container: str | None) -
     """The row of a vLLM container ``--container`` left out: result ``skipped``, nothing done,
     exit 0 (it was not a target)."""
     return PortOutcome(
+        engine=pod.engine.name,
         namespace=pod.namespace, pod=pod.name, container=pod.container, port=port.port if port is not None else None,
         role=pod.role, owner=pod.owner.ref(), version=pod.version, tiers={}, result="skipped",
         messages=(f"container {pod.container} not targeted (--container {container}): nothing was reset",),
@@ -398,6 +400,7 @@ def not_running_outcome(plan: PodPlan, port: ApiPort | None) -> PortOutcome:
     for effect in plan.effects:
         cells.setdefault(effect.tier.kind.value, []).append("left")
     return PortOutcome(
+        engine=pod.engine.name,
         namespace=pod.namespace, pod=pod.name, container=pod.container, port=port.port if port is not None else None,
         role=pod.role, owner=pod.owner.ref(), version=None, tiers={k: tuple(v) for k, v in cells.items()},
         result="not running", messages=(down.describe() + ": nothing was sent to it",), steps=(), calls=0,

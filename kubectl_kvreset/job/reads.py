@@ -102,7 +102,7 @@ def _detect_row(pod: VllmPod, dev: DevModeReading, version: str | None, notes: l
         "owner": pod.owner.ref(),
         "role": pod.role,
         "container": pod.container,
-        "engine": "vllm",
+        "engine": pod.engine.name,
         "image": pod.image,
         "ports": [p.port for p in pod.ports],
         "front_ports": [p.front for p in pod.ports if p.front is not None],

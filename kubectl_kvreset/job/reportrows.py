@@ -72,7 +72,8 @@ def plan_report(plan: Plan, *, store: bool = False) -> Report:
             steps.append(f"none: {p.not_running.describe()}")
         report.add({
             "namespace": p.pod.namespace, "pod": p.pod.name, "owner": p.pod.owner.ref(), "container": p.pod.container,
-            "engine": "vllm", "ports": [port.port for port in p.pod.ports], "version": p.version or "unknown",
+            "engine": p.pod.engine.name, "ports": [port.port for port in p.pod.ports],
+            "version": p.version or "unknown",
             "steps": steps,
             "empties": [tier_label(t) for step in p.steps.steps for t in step.empties],
             "leaves": [f"{tier_label(lt.tier)} "
