@@ -29,7 +29,7 @@ L1's ``total_object_count`` and ``memory_used_bytes``
 (``lmcache/v1/distributed/storage_manager.py::StorageManager.report_status``,
 ``l1_manager.py::L1Manager.report_status``), summed over the L1 managers; a single-L1
 ``storage_manager.l1_manager`` is read when ``l1_managers`` is absent. The shape of the 0.4.x and
-0.5.0 status answers is not documented in the research; where those fields are missing the count
+0.5.0 status answers was not read from LMCache's sources; where those fields are missing the count
 is unknown and the clear is never reported emptied.
 
 The clear empties L1 only: ``StorageManager.clear`` loops over the L1 managers, and the L2

@@ -19,7 +19,7 @@ lmcache        clear                                       health               
 false`` keeps locked objects. A path that exists answers 405 to another method; an unknown path
 404 ``{"detail":"Not Found"}`` (FastAPI). The status has LMCache 0.5.6's shape
 (``storage_manager.l1_managers._default.total_object_count``/``memory_used_bytes``, and
-``l2_adapters``) for every release: the research does not give the older shapes. L1 objects are
+``l2_adapters``) for every release: the older shapes were not read from LMCache's sources. L1 objects are
 64 KiB each (the real server held 6 objects in 393216 bytes after ``lmcache bench server``,
 tests/peers/test_stores_mpserver.py).
 

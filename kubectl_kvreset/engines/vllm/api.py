@@ -1,11 +1,11 @@
 """What vLLM's HTTP answers mean, per version. Pure: no I/O.
 
 Sources (vLLM ``vllm/entrypoints/serve/dev/cache/api_router.py`` and its predecessors in
-``vllm/entrypoints/openai/api_server.py``; see the route history in the project's research on
-vLLM): ``POST /reset_prefix_cache`` answers an empty 200 before 0.26 whatever happened, and
-``{"success": bool}`` from 0.26 (vllm PR #46893); ``success: false`` means blocks are still
-held (running requests, in-flight offload transfers) and the caller may retry; the dev routes
-are absent (404) unless ``VLLM_SERVER_DEV_MODE`` is a non-zero integer.
+``vllm/entrypoints/openai/api_server.py``, read release by release): ``POST /reset_prefix_cache``
+answers an empty 200 before 0.26 whatever happened, and ``{"success": bool}`` from 0.26 (vllm PR
+#46893); ``success: false`` means blocks are still held (running requests, in-flight offload
+transfers) and the caller may retry; the dev routes are absent (404) unless
+``VLLM_SERVER_DEV_MODE`` is a non-zero integer.
 """
 
 from __future__ import annotations

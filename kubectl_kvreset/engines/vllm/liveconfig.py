@@ -30,7 +30,7 @@ from ...tiers import KVLayout, Tier
 from ..base import LiveConfig as LiveConfig
 from .kvconfig import layout_from_config, mark_unevaluated
 
-#: The first release whose ``/version`` the research checked; below it a build counts as unknown.
+#: The first release whose ``/version`` answer was checked in vLLM's sources; below it a build counts as unknown.
 KNOWN_SINCE = Version("0.7.0")
 #: ``/server_info`` takes ``config_format`` from this release
 #: (``vllm/entrypoints/serve/dev/server_info/api_router.py``).
