@@ -6,7 +6,7 @@ left).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -63,14 +63,25 @@ def with_store_results(outcome: Outcome, plan: Plan, done: Sequence[StoreDone]) 
             emptied.setdefault(pod, []).append((name, d))
     if not emptied:
         return outcome
+
+    def change(po: PortOutcome, pod_plan: PodPlan) -> PortOutcome:
+        got = emptied.get((po.namespace, po.pod))
+        return _store_emptied(po, pod_plan, got) if got else po
+
+    return _each_port(outcome, plan, change)
+
+
+def _each_port(outcome: Outcome, plan: Plan, change: Callable[[PortOutcome, PodPlan], PortOutcome]) -> Outcome:
+    """``outcome`` with ``change`` applied to each port whose pod ``plan`` holds (its
+    :class:`PodPlan` by namespace, pod and container), the report's rows made again from the
+    ports in their order, the other rows kept."""
     plans = {(p.pod.namespace, p.pod.name, p.pod.container): p for p in plan.pods}
     report = Report(outcome.report.kind, outcome.report.columns)
     ports: list[PortOutcome] = []
     for po in outcome.ports:
         pod_plan = plans.get((po.namespace, po.pod, po.container))
-        got = emptied.get((po.namespace, po.pod))
-        if pod_plan is not None and got:
-            po = _store_emptied(po, pod_plan, got)
+        if pod_plan is not None:
+            po = change(po, pod_plan)
         ports.append(po)
         report.add(po.row(), po.code)
     return replace(outcome, ports=tuple(ports), report=outcome.add_others(report))
@@ -131,44 +142,46 @@ def with_lmcache_clears(plan: Plan, outcome: Outcome, cleared: dict[tuple[str, s
     """
     if not cleared:
         return outcome
-    plans = {(p.pod.namespace, p.pod.name, p.pod.container): p for p in plan.pods}
-    report = Report(outcome.report.kind, outcome.report.columns)
-    ports: list[PortOutcome] = []
-    for po in outcome.ports:
+
+    def change(po: PortOutcome, pod_plan: PodPlan) -> PortOutcome:
         hit = cleared.get((po.namespace, po.pod))
-        pplan = plans.get((po.namespace, po.pod, po.container))
-        if hit is not None and pplan is not None and pplan.not_running is None:
-            cells = {kind: list(states) for kind, states in po.tiers.items()}
-            seen: dict[str, int] = {}
-            left = list(po.left)
-            drop: list[int] = []
-            messages = list(po.messages)
-            unconfirmed = list(po.unconfirmed)
-            j = 0
-            for effect in pplan.effects:
-                kind = effect.tier.kind.value
-                i = seen.get(kind, 0)
-                seen[kind] = i + 1
-                states = cells.get(kind) or []
-                state = states[i] if i < len(states) else None
-                if (state == "left" and effect.tier.kind is TierKind.CPU
-                        and effect.tier.connector in LMCACHE_CONNECTORS and j < len(left)):
-                    lt = left[j]
-                    drop.append(j)
-                    text = f"{lt.tier} left: {lt.reason}" + (f"; to empty it: {lt.remedy}" if lt.remedy else "")
-                    messages = [m for m in messages if m != text]
-                    states[i] = hit[0]
-                    messages.append(f"{lt.tier}: {hit[0]} by {hit[1]}")
-                    if hit[0] == "unconfirmed":
-                        unconfirmed.append(UnconfirmedRow(lt.tier, f"{hit[1]}: nothing counts what remains"))
-                if state in ("left", "not emptied"):
-                    j += 1
-            if drop:
-                remaining = tuple(lt for k, lt in enumerate(left) if k not in drop)
-                result, code = _after_store(po, cells, remaining, bool(unconfirmed))
-                po = replace(po, tiers={k: tuple(v) for k, v in cells.items()}, left=remaining,
-                                         messages=tuple(messages), unconfirmed=tuple(unconfirmed),
-                                         result=result, code=code)
-        ports.append(po)
-        report.add(po.row(), po.code)
-    return replace(outcome, ports=tuple(ports), report=outcome.add_others(report))
+        return _lmcache_cleared(po, pod_plan, hit) if hit is not None and pod_plan.not_running is None else po
+
+    return _each_port(outcome, plan, change)
+
+
+def _lmcache_cleared(po: PortOutcome, pplan: PodPlan, hit: tuple[str, str]) -> PortOutcome:
+    """``po`` once the LMCache controller or worker step reached its pod: each LMCache CPU tier
+    left by the reset takes ``hit`` (``(state, by)``), its left entry goes and the result is
+    derived again (:func:`_after_store`)."""
+    cells = {kind: list(states) for kind, states in po.tiers.items()}
+    seen: dict[str, int] = {}
+    left = list(po.left)
+    drop: list[int] = []
+    messages = list(po.messages)
+    unconfirmed = list(po.unconfirmed)
+    j = 0
+    for effect in pplan.effects:
+        kind = effect.tier.kind.value
+        i = seen.get(kind, 0)
+        seen[kind] = i + 1
+        states = cells.get(kind) or []
+        state = states[i] if i < len(states) else None
+        if (state == "left" and effect.tier.kind is TierKind.CPU
+                and effect.tier.connector in LMCACHE_CONNECTORS and j < len(left)):
+            lt = left[j]
+            drop.append(j)
+            text = f"{lt.tier} left: {lt.reason}" + (f"; to empty it: {lt.remedy}" if lt.remedy else "")
+            messages = [m for m in messages if m != text]
+            states[i] = hit[0]
+            messages.append(f"{lt.tier}: {hit[0]} by {hit[1]}")
+            if hit[0] == "unconfirmed":
+                unconfirmed.append(UnconfirmedRow(lt.tier, f"{hit[1]}: nothing counts what remains"))
+        if state in ("left", "not emptied"):
+            j += 1
+    if not drop:
+        return po
+    remaining = tuple(lt for k, lt in enumerate(left) if k not in drop)
+    result, code = _after_store(po, cells, remaining, bool(unconfirmed))
+    return replace(po, tiers={k: tuple(v) for k, v in cells.items()}, left=remaining, messages=tuple(messages),
+                   unconfirmed=tuple(unconfirmed), result=result, code=code)
