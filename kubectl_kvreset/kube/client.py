@@ -11,15 +11,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..lazyimport import PROBED, hollow_package
+
 _LOG = logging.getLogger("kubectl_kvreset")
 
 #: Modules of the ``kubernetes`` package this adapter needs; everything else is left unimported.
 _HOLLOW = ("kubernetes", "kubernetes.client")
 _PARTS_LOCK = threading.Lock()
-#: attributes the import system and introspection look up on any module: never worth running
-#: a package's ``__init__`` for
-_PROBED = frozenset({"__loader__", "__wrapped__", "__cached__", "__file__", "__path__", "__spec__",
-                     "__mro_entries__", "__class_getitem__", "__origin__", "__signature__"})
 
 
 class _ClientParts:
@@ -37,39 +35,6 @@ class _ClientParts:
 
 
 _PARTS: _ClientParts | None = None
-
-
-def _hollow_package(name: str, locations: list[str]) -> Any:
-    """A package module for ``name`` whose ``__init__`` is not run: submodules import from
-    ``locations`` as usual. Any attribute the package would define is found by running the real
-    ``__init__`` then (PEP 562 ``__getattr__``), so code that needs the whole package still works."""
-    import importlib.machinery
-    import types
-
-    module = types.ModuleType(name)
-    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
-    spec.submodule_search_locations = list(locations)
-    module.__spec__ = spec
-    module.__path__ = list(locations)
-    module.__package__ = name
-    module.__file__ = None
-    state = {"loaded": False}
-
-    def load_rest(attr: str) -> Any:
-        if attr in _PROBED or state["loaded"]:
-            raise AttributeError(f"module {name!r} has no attribute {attr!r}")
-        state["loaded"] = True
-        init = Path(locations[0]) / "__init__.py"
-        code = compile(init.read_bytes(), str(init), "exec")
-        module.__file__ = str(init)
-        exec(code, module.__dict__)  # noqa: S102 - the package's own __init__, run on demand
-        try:
-            return module.__dict__[attr]
-        except KeyError:
-            raise AttributeError(f"module {name!r} has no attribute {attr!r}") from None
-
-    module.__getattr__ = load_rest  # type: ignore[method-assign]
-    return module
 
 
 class _LazyApiClient:
@@ -95,8 +60,10 @@ class _LazyOAuth2Session:
 
 
 def _stand_in_module(name: str, attrs: dict[str, Any]) -> Any:
-    """A module ``name`` holding ``attrs``, registered only while ``kube_config`` is imported;
-    any other attribute it is asked for comes from the real module (PEP 562 ``__getattr__``)."""
+    """A module ``name`` holding ``attrs``, registered only while the client's modules are
+    imported; any other attribute it is asked for comes from the real module, or, when the real
+    module does not define it, from its submodule of that name (``oauthlib.oauth2``), both
+    imported then (PEP 562 ``__getattr__``)."""
     import importlib
     import sys
     import types
@@ -105,14 +72,52 @@ def _stand_in_module(name: str, attrs: dict[str, Any]) -> Any:
     module.__dict__.update(attrs)
 
     def real(attr: str) -> Any:
-        if attr in _PROBED:
+        if attr in PROBED:
             raise AttributeError(f"module {name!r} has no attribute {attr!r}")
-        if sys.modules.get(name) is module:
-            del sys.modules[name]
-        return getattr(importlib.import_module(name), attr)
+        for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+            if getattr(sys.modules[key], "__kvreset_stand_in__", False):
+                del sys.modules[key]
+        found = importlib.import_module(name)
+        try:
+            return getattr(found, attr)
+        except AttributeError:
+            return importlib.import_module(f"{name}.{attr}")
 
     module.__getattr__ = real  # type: ignore[method-assign]
+    module.__dict__["__kvreset_stand_in__"] = True
     return module
+
+
+def _cpu_count() -> int:
+    """``multiprocessing.cpu_count`` without importing ``multiprocessing`` (its rule: the
+    count ``os.cpu_count`` gives, ``NotImplementedError`` when unknown)."""
+    import os
+
+    count = os.cpu_count()
+    if count is None:
+        raise NotImplementedError("cannot determine number of cpus")
+    return count
+
+
+def _stand_ins() -> dict[str, Any]:
+    """The modules ``Configuration`` and ``kube_config`` import at their top but use only on
+    paths this adapter rarely takes, each a stand-in (:func:`_stand_in_module`) that imports the
+    real one when an attribute is first asked for: ``requests_oauthlib`` (the OIDC refresh;
+    it imports ``requests``), ``oauthlib.oauth2`` (an OIDC error class, 58 modules), ``urllib3``
+    (``make_headers`` for basic auth; with its HTTP/2 and metadata modules about 30 modules: this
+    adapter's own transport is ``http.client``) and ``multiprocessing`` (``cpu_count`` for a
+    pool size this adapter does not use). A module already imported is left as it is."""
+    import sys
+
+    wanted: dict[str, dict[str, Any]] = {
+        "requests_oauthlib": {"OAuth2Session": _LazyOAuth2Session},
+        "oauthlib": {},
+        "oauthlib.oauth2": {},
+        "urllib3": {},
+        "multiprocessing": {"cpu_count": _cpu_count},
+    }
+    return {name: _stand_in_module(name, attrs) for name, attrs in wanted.items()
+            if name not in sys.modules and name.partition(".")[0] not in sys.modules}
 
 
 def client_parts() -> _ClientParts:
@@ -152,25 +157,24 @@ def _import_parts() -> _ClientParts:
             if spec is None or not spec.submodule_search_locations:
                 raise ImportError("kubernetes is not installed")
             root = list(spec.submodule_search_locations)
-            top = _hollow_package("kubernetes", root)
+            top = hollow_package("kubernetes", root)
             sys.modules["kubernetes"] = top
             added.append("kubernetes")
-            sub = _hollow_package("kubernetes.client", [str(Path(root[0]) / "client")])
+            sub = hollow_package("kubernetes.client", [str(Path(root[0]) / "client")])
             sys.modules["kubernetes.client"] = sub
             added.append("kubernetes.client")
             top.client = sub
-            configuration = importlib.import_module("kubernetes.client.configuration")
-            sub.Configuration = configuration.Configuration
-            sub.ApiClient = _LazyApiClient
-            stand_in = None
-            if "requests_oauthlib" not in sys.modules:
-                stand_in = _stand_in_module("requests_oauthlib", {"OAuth2Session": _LazyOAuth2Session})
-                sys.modules["requests_oauthlib"] = stand_in
+            stand_ins = _stand_ins()
+            sys.modules.update(stand_ins)
             try:
+                configuration = importlib.import_module("kubernetes.client.configuration")
+                sub.Configuration = configuration.Configuration
+                sub.ApiClient = _LazyApiClient
                 kube_config = importlib.import_module("kubernetes.config.kube_config")
             finally:
-                if stand_in is not None and sys.modules.get("requests_oauthlib") is stand_in:
-                    del sys.modules["requests_oauthlib"]  # a later import gets the real module
+                for name, stand_in in stand_ins.items():
+                    if sys.modules.get(name) is stand_in:
+                        del sys.modules[name]  # a later import gets the real module
             incluster = importlib.import_module("kubernetes.config.incluster_config")
             exc_mod = importlib.import_module("kubernetes.config.config_exception")
             return _ClientParts(configuration.Configuration, kube_config, incluster,

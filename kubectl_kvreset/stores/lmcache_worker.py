@@ -65,7 +65,8 @@ def hot_cache_count(http: Http, port: int) -> int | None:
     """``lmcache:local_cpu_hot_cache_count`` from ``GET /metrics`` of one worker port (summed over
     its label sets, read with ``prometheus_client``'s parser), or None when absent or when
     ``/metrics`` does not answer 200."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from ..lazyimport import prometheus_parser
+    text_string_to_metric_families = prometheus_parser().text_string_to_metric_families
 
     status, body = http("GET", "/metrics", (), None)
     if status != 200:

@@ -60,7 +60,8 @@ def key_count(http: Http) -> int | None:
     Raises:
         MooncakeError: ``/metrics`` did not answer 200.
     """
-    from prometheus_client.parser import text_string_to_metric_families
+    from ..lazyimport import prometheus_parser
+    text_string_to_metric_families = prometheus_parser().text_string_to_metric_families
 
     status, body = http("GET", "/metrics", ())
     if status != 200:

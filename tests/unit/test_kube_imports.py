@@ -36,6 +36,31 @@ def test_selective_import_leaves_models_and_apis_out() -> None:
     assert int(out) < 20
 
 
+def test_modules_used_on_rare_paths_load_when_asked_for() -> None:
+    # urllib3, oauthlib and multiprocessing are imported at the top of the client's modules but
+    # used only for basic auth, the OIDC refresh's error and a pool size: stand-ins until then
+    out = run("""
+        import sys
+        from kubectl_kvreset import kube
+        parts = kube.client_parts()
+        c = parts.Configuration()
+        import os
+        assert c.connection_pool_maxsize == os.cpu_count() * 5
+        left = [m for m in ("urllib3", "oauthlib", "multiprocessing", "requests_oauthlib") if m in sys.modules]
+        assert not left, left
+        # the basic-auth header comes from the real urllib3, imported now
+        assert parts.kube_config.urllib3.util.make_headers(basic_auth="u:p") == {"authorization": "Basic dTpw"}
+        import urllib3
+        assert urllib3.__file__ and not getattr(urllib3, "__kvreset_stand_in__", False)
+        # the OIDC refresh's error class, through oauthlib's submodule
+        err = parts.kube_config.oauthlib.oauth2.rfc6749.errors.InvalidClientIdError
+        import oauthlib.oauth2
+        assert err is oauthlib.oauth2.rfc6749.errors.InvalidClientIdError
+        print("ok")
+    """)
+    assert out == "ok"
+
+
 def test_the_rest_of_the_package_loads_on_demand() -> None:
     # code that asks the package for more than the adapter imported gets the real thing
     run("""

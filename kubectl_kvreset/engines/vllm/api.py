@@ -200,7 +200,8 @@ def parse_metrics(text: str) -> list[EngineMetrics]:
     Raises:
         MetricsParseError: the text cannot be parsed.
     """
-    from prometheus_client.parser import text_string_to_metric_families
+    from ...lazyimport import prometheus_parser
+    text_string_to_metric_families = prometheus_parser().text_string_to_metric_families
 
     values: dict[str, dict[str, float]] = {}
     models: dict[str, str] = {}
@@ -266,7 +267,8 @@ def engine_labels(text: str) -> tuple[str, ...]:
     Raises:
         MetricsParseError: the text is not Prometheus text exposition format.
     """
-    from prometheus_client.parser import text_string_to_metric_families
+    from ...lazyimport import prometheus_parser
+    text_string_to_metric_families = prometheus_parser().text_string_to_metric_families
 
     found: set[str] = set()
     try:
@@ -395,7 +397,8 @@ def engine_activity(text: str) -> dict[str, EngineActivity]:
     Raises:
         MetricsParseError: the text is not Prometheus text exposition format.
     """
-    from prometheus_client.parser import text_string_to_metric_families
+    from ...lazyimport import prometheus_parser
+    text_string_to_metric_families = prometheus_parser().text_string_to_metric_families
 
     wanted = (*ACTIVITY_GAUGES, *ACTIVITY_COUNTERS)
     values: dict[str, dict[str, float]] = {}

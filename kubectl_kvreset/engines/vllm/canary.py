@@ -95,7 +95,8 @@ def cache_counters(text: str) -> dict[str, CacheCounters]:
     Raises:
         MetricsParseError: the text is not Prometheus text exposition format.
     """
-    from prometheus_client.parser import text_string_to_metric_families
+    from ...lazyimport import prometheus_parser
+    text_string_to_metric_families = prometheus_parser().text_string_to_metric_families
 
     vals: dict[str, dict[str, Any]] = {}
     names = {"vllm:prefix_cache_hits": "hits", "vllm:gpu_prefix_cache_hits": "hits",
