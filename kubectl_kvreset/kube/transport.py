@@ -115,8 +115,9 @@ class _KeepAlive:
 
 class Transport:
     """The HTTP side of a connection: one ``ssl.SSLContext`` (CA, client certificate, verify
-    mode: built once, as loading a CA bundle per connection costs about 0.5 ms of CPU) and one
-    urllib3 pool of at most ``pool_size`` keep-alive connections to the API server. The pool
+    mode: built once, as loading a CA bundle per connection costs about 0.5 ms of CPU) and a pool
+    of at most ``pool_size`` keep-alive connections to the API server (:attr:`keep_alive`, or
+    the urllib3 :attr:`pool` behind a proxy or with ``tls-server-name``). The pool
     blocks a caller when all its connections are busy rather than opening more, so a run makes
     at most ``pool_size`` TLS handshakes for plain requests (each WebSocket stream, exec or
     port-forward, opens its own connection with the same context).
@@ -129,14 +130,11 @@ class Transport:
     def __init__(self, configuration: Any, pool_size: int) -> None:
         import ssl
 
-        import urllib3
-
         self.configuration = configuration
         self.pool_size = max(1, int(pool_size))
         self.tls_material = (configuration.ssl_ca_cert, configuration.cert_file, configuration.key_file,
                              bool(configuration.verify_ssl))
         self.ssl_context: ssl.SSLContext | None = None
-        kwargs: dict[str, Any] = {"num_pools": 2, "maxsize": self.pool_size, "block": True, "retries": False}
         if str(configuration.host).startswith("https"):
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
             if configuration.verify_ssl:
@@ -144,34 +142,22 @@ class Transport:
                     ctx.load_verify_locations(cafile=configuration.ssl_ca_cert)
                 else:
                     ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
-                kwargs["cert_reqs"] = "CERT_REQUIRED"
             else:
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
-                kwargs["cert_reqs"] = "CERT_NONE"
-                # the user asked for it (--insecure-skip-tls-verify, as kubectl, which says
-                # nothing per request): no urllib3 warning on every new connection
-                import warnings
-
-                warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
             if configuration.cert_file:
                 ctx.load_cert_chain(configuration.cert_file, configuration.key_file or None)
             ctx.set_alpn_protocols(["http/1.1"])
             self.ssl_context = ctx
-            kwargs["ssl_context"] = ctx
-            if getattr(configuration, "tls_server_name", None):
-                kwargs["server_hostname"] = configuration.tls_server_name
         proxy = getattr(configuration, "proxy", None)
-        if proxy and not _bypass_proxy(str(configuration.host), getattr(configuration, "no_proxy", None) or ""):
-            self.pool: Any = urllib3.ProxyManager(proxy_url=proxy,
-                                                  proxy_headers=getattr(configuration, "proxy_headers", None),
-                                                  **kwargs)
-        else:
-            self.pool = urllib3.PoolManager(**kwargs)
+        self._proxied = bool(proxy) and not _bypass_proxy(str(configuration.host),
+                                                         getattr(configuration, "no_proxy", None) or "")
+        self._pool: Any = None
+        self._pool_lock = threading.Lock()
         #: the plain requests' keep-alive connections (:class:`_KeepAlive`); None behind a proxy
-        #: or with ``tls-server-name``, where the urllib3 pool above serves them
+        #: or with ``tls-server-name``, where the urllib3 pool (:attr:`pool`) serves them
         self.keep_alive: _KeepAlive | None = None
-        if not isinstance(self.pool, urllib3.ProxyManager) and not getattr(configuration, "tls_server_name", None):
+        if not self._proxied and not getattr(configuration, "tls_server_name", None):
             from urllib.parse import urlsplit
 
             url = urlsplit(str(configuration.host))
@@ -182,6 +168,40 @@ class Transport:
         self._timeouts: dict[float | None, Any] = {}
         self._auth_lock = threading.Lock()
         self._auth_log = _LibraryLog()
+
+    @property
+    def pool(self) -> Any:
+        """The urllib3 pool (``ProxyManager`` behind a proxy kubectl would use, else
+        ``PoolManager``) of at most ``pool_size`` connections sharing :attr:`ssl_context`, built
+        on first use: it serves the requests :attr:`keep_alive` does not (a proxy,
+        ``tls-server-name``), so a run without those never imports urllib3."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = self._make_pool()
+            return self._pool
+
+    def _make_pool(self) -> Any:
+        import urllib3
+
+        configuration = self.configuration
+        kwargs: dict[str, Any] = {"num_pools": 2, "maxsize": self.pool_size, "block": True, "retries": False}
+        if self.ssl_context is not None:
+            if configuration.verify_ssl:
+                kwargs["cert_reqs"] = "CERT_REQUIRED"
+            else:
+                kwargs["cert_reqs"] = "CERT_NONE"
+                # the user asked for it (--insecure-skip-tls-verify, as kubectl, which says
+                # nothing per request): no urllib3 warning on every new connection
+                import warnings
+
+                warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+            kwargs["ssl_context"] = self.ssl_context
+            if getattr(configuration, "tls_server_name", None):
+                kwargs["server_hostname"] = configuration.tls_server_name
+        if self._proxied:
+            return urllib3.ProxyManager(proxy_url=configuration.proxy,
+                                        proxy_headers=getattr(configuration, "proxy_headers", None), **kwargs)
+        return urllib3.PoolManager(**kwargs)
 
     def timeout(self, bound: float | None) -> Any:
         """The ``urllib3.Timeout`` for a request bound (seconds; None or 0: only the 30 s

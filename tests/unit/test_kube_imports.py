@@ -108,6 +108,7 @@ def test_connect_builds_one_context_and_a_bounded_pool(tmp_path) -> None:
     kube = Kube.connect(KubeFlags(kubeconfig=str(path)), pool_size=5)
     assert kube.pool_size == 5 and kube.user_name == "u"
     transport = kube._transport
+    assert transport.keep_alive is not None and transport._pool is None  # urllib3 only when asked for
     assert transport.ssl_context is not None and transport.pool.connection_pool_kw["maxsize"] == 5
     assert transport.pool.connection_pool_kw["block"] is True
     assert transport.pool.connection_pool_kw["ssl_context"] is transport.ssl_context
