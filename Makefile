@@ -79,7 +79,7 @@ test: $(BIN)/.ready $(ZIPAPP)
 	$(BIN)/python -m pytest -q -p no:xdist -m peers || [ $$? -eq 5 ]
 
 # The real servers the `peers` tests run as pods (tests/peers/install.sh): vLLM's CPU build,
-# LMCache, Mooncake in venvs under $${KVRESET_PEERS_DIR:-.peers}, Redis from Debian.
+# LMCache, Mooncake, SGLang (and sglang-router) in venvs under $${KVRESET_PEERS_DIR:-.peers}, Redis from Debian.
 peers:
 	PYTHON=$(PYTHON) bash tests/peers/install.sh
 

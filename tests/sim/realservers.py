@@ -15,6 +15,8 @@ sharing the machine's network so that it can listen on its pod address. Per peer
 - ``lmcache``: ``lmcache_controller``, ``-m lmcache.v1.standalone`` (a worker without vLLM),
   ``lmcache server`` (the MP server) run the command as written, with the LMCache venv first on
   PATH.
+- ``sglang``: ``python3 -m sglang.launch_server`` / ``sglang serve`` run SGLang's CPU engine on
+  the tiny model, ``python -m sglang_router.launch_router`` the router (tests/sim/realsglang.py).
 - ``vllm``: the vLLM container (tests/sim/podspecs.py ``is_vllm_container``) runs vLLM's CPU
   build serving the tiny model (tests/peers/tinymodel.py) with ``--load-format dummy`` under the
   manifest's served model name(s) and port.
@@ -111,6 +113,7 @@ from .realprocess import (
     RealServer,
     _free_port,
 )
+from .realsglang import launch_parts, sglang_command, write_standins
 from .realsite import (
     SITECUSTOMIZE,
 )
@@ -373,7 +376,31 @@ class RealPodRuntime(PodRuntime):
             return Launch(kind, name, full, wenv, ports, probe, {}, self._venv_binds(exe))
         if kind == "vllm":
             return self._vllm_launch(c, name, env)
+        if kind.startswith("sglang"):
+            return self._sglang_launch(kind, name, env, argv)
         return None
+
+    def _sglang_launch(self, kind: str, name: str, env: dict[str, str],
+                       argv: list[str] | None) -> Launch | None:
+        """SGLang's CPU server or sglang-router (tests/sim/realsglang.py)."""
+        exe = _peers().sglang_python()
+        found = sglang_command(argv)
+        if exe is None or found is None:
+            return None
+        model = _tiny_model(Path(self.ctx.overrides.get("sim_state_dir") or self.ctx.work_dir))
+        parts = launch_parts(kind, found[1], MODEL_DIR, self.ctx.pod_ip, env)
+        extra = self.ctx.work_dir / "real"
+        write_standins(extra)
+        wenv = self._base_env(parts["env"], [str(Path(exe).parent)])
+        if kind == "sglang":
+            wenv["PYTHONPATH"] = ":".join([SIM_DIR, f"{SIM_DIR}/sgl-standins", *[
+                p for p in wenv["PYTHONPATH"].split(":") if p and p != SIM_DIR]])
+        full = [exe, "-m", parts["module"], *parts["tail"]]
+        binds = [*self._venv_binds(exe), (str(model), MODEL_DIR)]
+        launch = Launch(kind, name, full, wenv, parts["ports"], parts["probe"], {}, binds)
+        if parts["dropped"]:
+            launch.notes.append("flags not passed to SGLang on CPU: " + " ".join(sorted(set(parts["dropped"]))))
+        return launch
 
     def _worker_config(self, c: dict[str, Any], argv: list[str]) -> dict[str, Any]:
         path = _flag_value(argv, "--config") or (self._env.get(str(c.get("name")), {})

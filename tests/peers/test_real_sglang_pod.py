@@ -1,0 +1,269 @@
+"""A real SGLang 0.5.23 (CPU engine) and sglang-router 0.3.2 as pods of the simulated cluster
+(tests/manifests/real-sglang.yaml, ``--real-servers sglang``, marker ``peers``), spoken to in raw
+HTTP: through the API server's pod proxy, and straight to the pod address where a bearer key must
+reach SGLang (the pod proxy drops the client's ``Authorization``, as kube-apiserver does; a
+port-forward carries it).
+
+One cluster for the module (three SGLang pods, one of them two data-parallel ranks, and three
+routers; about 9 GiB, ready in 1-3 minutes on a 2-core machine). Checked on the real server:
+
+- a repeated prompt reports cached tokens (``/generate`` with ``--enable-cache-report``:
+  ``meta_info.cached_tokens``), ``POST /flush_cache`` answers 200 and the repeat then reports 0;
+- busy: while a long generation runs ``/flush_cache`` answers 400 ``Flush cache failed.``, with a
+  too short ``?timeout`` 400 ``Timed out waiting for idle state.``, with a long one 200 once the
+  generation ended (sglang ``srt/entrypoints/http_server.py`` ``flush_cache``,
+  ``srt/managers/scheduler_components/flush_wrapper.py``);
+- ``--admin-api-key``: 401 ``{"error":"Unauthorized"}`` without or with a wrong key, 200 with
+  the right one (sglang ``srt/utils/auth.py``);
+- ``--dp-size 2`` with rank 1 busy (``routed_dp_rank``): ``/flush_cache`` answers **200** while
+  rank 1 refused and keeps its cache: only the first rank's answer is returned (sglang
+  ``srt/managers/tokenizer_control_mixin.py``; sglang issue #39562);
+- ``/hicache/storage-backend/clear`` without HiCache: 400 with the "cleared." body;
+- the router's ``/flush_cache``: 200 when every worker flushed, 206 when one failed and also when
+  every one failed (sglang-router ``src/routers/http/router.rs``).
+
+With ``KVRESET_RECORD_SGLANG=1`` :func:`test_record_for_referee` also writes the answers the fake
+SGLang is refereed against (tests/referee/data/real-sglang-0.5.23.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.peers.realpods import call, counters, direct, pod, pod_ip, proxy, start_cluster, stop_cluster
+from tests.simctl import ROOT, SimCluster
+
+pytestmark = pytest.mark.peers
+
+MANIFEST = ROOT / "tests" / "manifests" / "real-sglang.yaml"
+NS = "rs"
+PORT = 8000
+KEY = "kvreset-admin"
+READY_TIMEOUT = 600.0
+PROMPT = [4 + (700 + 7 * i) % 1000 for i in range(40)]   # 40 token ids of the tiny vocabulary
+RECORDING = ROOT / "tests" / "referee" / "data" / "real-sglang-0.5.23.json"
+FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+           "waiting requests, the operation will not be performed.)\n")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SimCluster]:
+    sim, shm = start_cluster(MANIFEST, NS, ["sglang"], peer_names=["sglang"], ready_timeout=READY_TIMEOUT)
+    yield sim
+    stop_cluster(sim, shm)
+
+
+def _url(sim: SimCluster, owner: str, path: str) -> str:
+    return f"http://{pod_ip(sim, NS, owner)}:{PORT}{path}"
+
+
+def _generate(sim: SimCluster, owner: str, ids: list[int], *, new: int = 1, rank: int | None = None,
+              timeout: float = 300.0) -> dict[str, Any]:
+    body: dict[str, Any] = {"input_ids": ids, "sampling_params": {"max_new_tokens": new, "ignore_eos": True,
+                                                                   "temperature": 0.0}}
+    if rank is not None:
+        body["routed_dp_rank"] = rank
+    code, out = direct(_url(sim, owner, "/generate"), "POST", body, timeout=timeout)
+    assert code == 200, out[:500]
+    return json.loads(out)["meta_info"]
+
+
+def _cached(sim: SimCluster, owner: str, ids: list[int], rank: int | None = None) -> int:
+    return int(_generate(sim, owner, ids, rank=rank)["cached_tokens"])
+
+
+def _flush(sim: SimCluster, owner: str, query: str = "", key: str | None = None,
+           method: str = "POST") -> tuple[int, bytes]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return direct(_url(sim, owner, "/flush_cache" + (f"?{query}" if query else "")), method,
+                  headers=headers)
+
+
+class _Busy:
+    """A long generation on ``owner`` (``rank``) in a thread, started once the server runs it."""
+
+    def __init__(self, sim: SimCluster, owner: str, rank: int | None = None, tokens: int = 480) -> None:
+        self.done = threading.Event()
+        ids = [5 + (i * 13) % 900 for i in range(8)]
+        self._t = threading.Thread(target=self._run, args=(sim, owner, ids, rank, tokens), daemon=True)
+        self._sim, self._owner = sim, owner
+        self._t.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not self.done.is_set():
+            code, text = direct(_url(sim, owner, "/metrics"))
+            running = counters(text.decode(), ["sglang:num_running_reqs"]) if code == 200 else {}
+            if sum(running.values()) > 0:
+                return
+            time.sleep(0.05)
+        raise AssertionError("the long generation never showed as running")
+
+    def _run(self, sim: SimCluster, owner: str, ids: list[int], rank: int | None, tokens: int) -> None:
+        try:
+            _generate(sim, owner, ids, new=tokens, rank=rank)
+        finally:
+            self.done.set()
+
+    def join(self) -> None:
+        self._t.join(300)
+
+
+def test_repeat_hits_then_flush_through_proxy(cluster: SimCluster) -> None:
+    ids = PROMPT[:30]
+    assert _cached(cluster, "sgl-open", ids) == 0
+    assert _cached(cluster, "sgl-open", ids) > 0
+    code, body = call(cluster, proxy(cluster, NS, "sgl-open", PORT, "/flush_cache"), "POST")
+    assert (code, body.decode()) == (200, FLUSHED)
+    assert _cached(cluster, "sgl-open", ids) == 0
+    code, text = call(cluster, proxy(cluster, NS, "sgl-open", PORT, "/metrics"))
+    assert code == 200 and "sglang:cached_tokens_total" in text.decode()
+
+
+def test_flush_while_busy(cluster: SimCluster) -> None:
+    busy = _Busy(cluster, "sgl-open")
+    assert _flush(cluster, "sgl-open") == (400, b"Flush cache failed.\n")
+    assert _flush(cluster, "sgl-open", "timeout=0.1") == (400, b"Timed out waiting for idle state.")
+    assert not busy.done.is_set(), "the generation ended too early for the busy checks"
+    code, body = _flush(cluster, "sgl-open", "timeout=120")
+    assert (code, body.decode()) == (200, FLUSHED)
+    busy.join()
+    assert busy.done.is_set()
+
+
+def test_admin_api_key(cluster: SimCluster) -> None:
+    assert _flush(cluster, "sgl-key") == (401, b'{"error":"Unauthorized"}')
+    assert _flush(cluster, "sgl-key", key="wrong") == (401, b'{"error":"Unauthorized"}')
+    assert _flush(cluster, "sgl-key", key=KEY)[0] == 200
+    # through the pod proxy the key never reaches SGLang
+    code, _ = call(cluster, proxy(cluster, NS, "sgl-key", PORT, "/flush_cache"), "POST",
+                   headers={"Authorization": f"Bearer {KEY}"})
+    assert code == 401
+    # the script form (bash -c) ran the real server with the manifest's flag
+    argv = pod(cluster, NS, "sgl-key")["real_servers"][0]["argv"]
+    assert "--admin-api-key" in argv
+
+
+def test_dp_rank1_busy_answers_200_and_keeps_its_cache(cluster: SimCluster) -> None:
+    ids = PROMPT[5:35]
+    _cached(cluster, "sgl-dp", ids, rank=1)
+    _cached(cluster, "sgl-dp", ids, rank=0)
+    assert _cached(cluster, "sgl-dp", ids, rank=1) > 0
+    busy = _Busy(cluster, "sgl-dp", rank=1)
+    code, body = _flush(cluster, "sgl-dp")
+    assert not busy.done.is_set(), "the generation on rank 1 ended before the flush"
+    busy.join()
+    assert (code, body.decode()) == (200, FLUSHED)    # rank 0's answer only
+    assert _cached(cluster, "sgl-dp", ids, rank=0) == 0
+    assert _cached(cluster, "sgl-dp", ids, rank=1) > 0   # rank 1 kept its cache
+
+
+def test_hicache_clear_without_hicache(cluster: SimCluster) -> None:
+    code, body = direct(_url(cluster, "sgl-open", "/hicache/storage-backend/clear"), "POST")
+    assert code == 400 and b"cleared." in body
+
+
+def test_router_flush(cluster: SimCluster) -> None:
+    code, body = direct(_url(cluster, "router-ok", "/flush_cache"), "POST")
+    assert code == 200 and json.loads(body)["status"] == "success"
+    code, body = direct(_url(cluster, "router-partial", "/flush_cache"), "POST")
+    doc = json.loads(body)
+    assert code == 206 and doc["status"] == "partial_success" and len(doc["failed"]) == 1
+    code, body = direct(_url(cluster, "router-failed", "/flush_cache"), "POST")
+    doc = json.loads(body)
+    assert code == 206 and doc["successful"] == [] and len(doc["failed"]) == 1
+
+
+# ------------------------------------------------------------------------------ recording
+
+
+def _site_path(text: str) -> str:
+    """SGLang's validation errors name its source file: the installation's path is cut to
+    ``.../site-packages/`` so that the recording names no machine."""
+    return re.sub(r"/[^\s\"']*/site-packages/", ".../site-packages/", text)
+
+
+def _exchange(name: str, method: str, url: str, auth: str, headers: dict[str, str] | None = None,
+              body: Any = None) -> dict[str, Any]:
+    import urllib.error
+    import urllib.request
+
+    path, _, query = url.split(f":{PORT}", 1)[1].partition("?")
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=300) as r:
+            status, ctype, raw = r.status, r.headers.get("Content-Type"), r.read()
+    except urllib.error.HTTPError as e:
+        status, ctype, raw = e.code, e.headers.get("Content-Type"), e.read()
+    return {"name": name, "method": method, "path": path, "query": query, "auth": auth,
+            "status": status, "content_type": ctype, "body": _site_path(raw.decode("utf-8", "replace"))}
+
+
+@pytest.mark.skipif(not os.environ.get("KVRESET_RECORD_SGLANG"), reason="set KVRESET_RECORD_SGLANG=1 to record")
+def test_record_for_referee(cluster: SimCluster) -> None:
+    """Record the real answers into tests/referee/data/real-sglang-0.5.23.json (the key itself is
+    never recorded: ``auth`` says none, admin or wrong)."""
+    out: list[dict[str, Any]] = []
+    u = lambda owner, path: _url(cluster, owner, path)  # noqa: E731
+    admin = {"Authorization": f"Bearer {KEY}"}
+    wrong = {"Authorization": "Bearer wrong"}
+    out.append(_exchange("flush-idle", "POST", u("sgl-open", "/flush_cache"), "none"))
+    out.append(_exchange("flush-idle-get", "GET", u("sgl-open", "/flush_cache"), "none"))
+    busy = _Busy(cluster, "sgl-open")
+    out.append(_exchange("flush-busy", "POST", u("sgl-open", "/flush_cache"), "none"))
+    out.append(_exchange("flush-busy-timeout-short", "POST", u("sgl-open", "/flush_cache?timeout=0.1"), "none"))
+    out.append(_exchange("flush-busy-timeout", "POST", u("sgl-open", "/flush_cache?timeout=120"), "none"))
+    busy.join()
+    out.append(_exchange("flush-timeout-negative", "POST", u("sgl-open", "/flush_cache?timeout=-1"), "none"))
+    out.append(_exchange("flush-timeout-abc", "POST", u("sgl-open", "/flush_cache?timeout=abc"), "none"))
+    out.append(_exchange("flush-key-missing", "POST", u("sgl-key", "/flush_cache"), "none"))
+    out.append(_exchange("flush-key-wrong", "POST", u("sgl-key", "/flush_cache"), "wrong", wrong))
+    out.append(_exchange("flush-key-right", "POST", u("sgl-key", "/flush_cache"), "admin", admin))
+    out.append(_exchange("hicache-clear-without-hicache", "POST", u("sgl-open", "/hicache/storage-backend/clear"),
+                         "none"))
+    out.append(_exchange("hicache-clear-without-hicache-key", "POST", u("sgl-key", "/hicache/storage-backend/clear"),
+                         "admin", admin))
+    for owner, name in (("sgl-open", "server-info"), ("sgl-dp", "server-info-dp2")):
+        ex = _exchange(name, "GET", u(owner, "/server_info"), "none")
+        doc = json.loads(ex["body"])
+        ex["body"] = json.dumps({"keys": sorted(doc), "version": doc.get("version"), "dp_size": doc.get("dp_size"),
+                                 "api_key_set": doc.get("api_key") is not None,
+                                 "admin_api_key_set": doc.get("admin_api_key") is not None}, sort_keys=True)
+        ex["summarised"] = True
+        out.append(ex)
+    ids = PROMPT[10:36]
+    for name in ("generate-first", "generate-repeat"):
+        ex = _exchange(name, "POST", u("sgl-open", "/generate"), "none",
+                       body={"input_ids": ids, "sampling_params": {"max_new_tokens": 1}})
+        meta = json.loads(ex["body"])["meta_info"]
+        ex["body"] = json.dumps({k: meta.get(k) for k in ("prompt_tokens", "cached_tokens", "cached_tokens_details")})
+        ex["summarised"] = True
+        out.append(ex)
+    out.append(_exchange("flush-after-repeat", "POST", u("sgl-open", "/flush_cache"), "none"))
+    ex = _exchange("generate-after-flush", "POST", u("sgl-open", "/generate"), "none",
+                   body={"input_ids": ids, "sampling_params": {"max_new_tokens": 1}})
+    meta = json.loads(ex["body"])["meta_info"]
+    ex["body"] = json.dumps({k: meta.get(k) for k in ("prompt_tokens", "cached_tokens", "cached_tokens_details")})
+    ex["summarised"] = True
+    out.append(ex)
+    ex = _exchange("metrics-cached-tokens", "GET", u("sgl-open", "/metrics"), "none")
+    ex["body"] = "\n".join(re.sub(r"\s[0-9.e+-]+$", "", line) for line in ex["body"].splitlines()
+                           if line.startswith("sglang:cached_tokens_total"))
+    ex["summarised"] = True
+    out.append(ex)
+    for owner, name in (("router-ok", "router-flush-all-ok"), ("router-partial", "router-flush-one-failed"),
+                        ("router-failed", "router-flush-all-failed")):
+        out.append(_exchange(name, "POST", u(owner, "/flush_cache"), "none"))
+    out.append(_exchange("router-flush-get", "GET", u("router-ok", "/flush_cache"), "none"))
+    doc = {"server": "sglang 0.5.23", "router": "sglang-router 0.3.2", "exchanges": out}
+    RECORDING.parent.mkdir(parents=True, exist_ok=True)
+    RECORDING.write_text(json.dumps(doc, indent=1) + "\n")
