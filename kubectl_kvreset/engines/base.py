@@ -183,6 +183,8 @@ class Engine:
             serve its reset routes (vLLM's ``VLLM_SERVER_DEV_MODE``; the ``devmode`` fallback sets
             it), or None when the routes are always served (then the ``devmode`` fallback never
             applies and only ``restart`` replaces pods).
+        preempts_running: :meth:`reset_query` honours ``reset_running_requests`` (the reset can
+            preempt running requests), so a reset that stays busy offers ``--preempt-running``.
     """
 
     name: str = ""
@@ -190,6 +192,7 @@ class Engine:
     reset_route: str = ""
     live_config_route: tuple[str, tuple[tuple[str, str], ...]] | None = None
     dev_mode_env: str | None = None
+    preempts_running: bool = False
 
     def server_config(self, container: Mapping[str, Any], env: Mapping[str, str],
                       config_reader: ConfigReader | None = None) -> ServeConfig | None:
@@ -251,6 +254,11 @@ class Engine:
         served), ``SERVER_ERROR`` (retryable), ``BAD_REQUEST`` (refused), ``UNEXPECTED``.
         Never raises."""
         raise NotImplementedError
+
+    def busy_reason(self, elapsed_s: float, answers: int) -> str:
+        """Why a reset that answered :attr:`ResetOutcome.BUSY` ``answers`` times over
+        ``elapsed_s`` seconds (until the busy timeout) did not empty the cache, for the row."""
+        return f"{self.name} kept answering busy for {elapsed_s:.1f}s ({answers} answers)"
 
     def read_live_config(self, body: bytes) -> LiveConfig:
         """Read the answer to :attr:`live_config_route`. Never raises: an answer of another

@@ -33,6 +33,9 @@ RESET_REMEDIES = {
     "unreachable": "run clear again once the pod is Ready and its API port answers, or --fallback=restart",
     "interrupted": "run clear again",
 }
+#: What to do about a busy reset on an engine that cannot preempt running requests
+#: (:attr:`~kubectl_kvreset.engines.base.Engine.preempts_running`).
+BUSY_REMEDY = "retry later, or raise --busy-timeout"
 #: What to do about a reset failure not in :data:`RESET_REMEDIES`.
 RESET_REMEDY = "run clear again once the cause in the message is fixed, or --fallback=restart"
 #: What to do about an FS tier whose deletion did not empty it.
@@ -271,7 +274,7 @@ def _reset_tier(plan: PodPlan, effect: TierEffect, ran: _Ran) -> _TierEnd:
                         unconfirmed_row=UnconfirmedRow(label, effect.reason), unconfirmed=True)
     if state == "not emptied":
         return _TierEnd(kind, state, left_row=LeftRow(label, ran.reset_reason or "the reset did not run",
-                                                      RESET_REMEDIES.get(ran.failure or "", RESET_REMEDY)))
+                                                      reset_remedy(plan.pod, ran.failure)))
     if state == "unconfirmed":
         return _TierEnd(kind, state, unconfirmed_row=UnconfirmedRow(label, ran.reset_reason))
     return _TierEnd(kind, state)
@@ -408,6 +411,15 @@ def not_running_outcome(plan: PodPlan, port: ApiPort | None) -> PortOutcome:
         code=ExitCode.FAILED)
 
 
+def reset_remedy(pod: VllmPod, failure: str | None) -> str:
+    """What to do about an API reset of ``pod`` whose row's result is ``failure``
+    (:data:`RESET_REMEDIES`; ``busy`` offers ``--preempt-running`` only where the pod's engine
+    can preempt)."""
+    if failure == "busy" and not pod.engine.preempts_running:
+        return BUSY_REMEDY
+    return RESET_REMEDIES.get(failure or "", RESET_REMEDY)
+
+
 def describe_reset_failure(pod: VllmPod, first: ResetResult) -> tuple[str, str]:
     """``(result, message)`` for an API reset that did not empty the cache."""
     if first.failure is not None:
@@ -416,9 +428,7 @@ def describe_reset_failure(pod: VllmPod, first: ResetResult) -> tuple[str, str]:
                   "interrupted": "interrupted"}.get(first.failure.kind, "failed")
         return result, first.failure.message
     if first.outcome is ResetOutcome.BUSY:
-        return "busy", (f"vLLM kept answering success:false for {first.elapsed_s:.1f}s ({first.busy_answers} answers; "
-                        "blocks held by running requests or transfers): retry later, raise --busy-timeout, "
-                        "or use --preempt-running")
+        return "busy", f"{pod.engine.busy_reason(first.elapsed_s, first.busy_answers)}: {reset_remedy(pod, 'busy')}"
     if first.outcome is ResetOutcome.DEV_MODE_OFF:
         return "dev mode off", dev_mode_hint(pod)
     return "failed", first.answer.detail if first.answer else "no answer"

@@ -19,7 +19,8 @@ How a pod's servers are found, independently of the plugin's own reading (tests/
    and one :class:`tests.sim.fakevllm.FakeVLLM` answers on each API port. Routing sidecars
    (recognised by image name) are emulated by tests/sim/sidecar.py, an InfiniStore server
    (``infinistore ...``) by tests/sim/fakeinfinistore.py (its control plane only), the HTTP
-   frontend of an LMCache MP server (``lmcache server``) by tests/sim/fakemp.py.
+   frontend of an LMCache MP server (``lmcache server``) by tests/sim/fakemp.py, the seam tests'
+   toy server and store (``toy-serve``, ``toy-kv``) by tests/sim/faketoy.py.
 4. Caches start warm: GPU prefix blocks, CPU offload blocks where a CPU tier exists, a few files in
    every FS tier root (vLLM's ``vllm/v1/kv_offload/file_mapper.py`` layout), and
    ``/dev/shm/vllm_offload_<engine_id>.mmap`` for a CPU tier on vLLM >= 0.20.
@@ -48,6 +49,8 @@ Per-pod ``overrides`` (all optional; the scenario file passes them through):
   ``--config`` file or an image default set, unseen in the spec).
 - ``infinistore_keys`` (int, default 0): keys an InfiniStore server's map holds at start;
   ``infinistore_no_kvmap_len`` (bool): its ``GET /kvmap_len`` answers 404.
+- ``toy_keys`` (int, default 5): keys a toy store (``toy-kv``, tests/sim/faketoy.py) holds at
+  start; a toy server (``toy-serve``) takes ``busy``, ``warm_blocks`` and ``cold`` as a vLLM does.
 - ``cold`` (bool): start with empty caches (no GPU or CPU blocks, nothing written to FS tiers;
   the /dev/shm offload file is still created, as vLLM creates it at start). The simulator sets
   it for every pod that is not of its owner's first generation (replacements after a rollout,
@@ -67,6 +70,7 @@ from typing import Any
 
 from .fakeinfinistore import FakeInfiniStore, infinistore_manage_port
 from .fakemp import FakeMpServer, mp_http_port
+from .faketoy import FakeToyServer, FakeToyStore, toy_fake
 from .fakevllm import FakeVLLM, Response, dev_mode_state
 from .images import DEFAULT_VERSION, image_entrypoint, image_vllm_version, is_sidecar_image
 from .mooncakestore import DEFAULT_ADMIN_PORT, MooncakeStoreHook
@@ -82,6 +86,9 @@ from .sidecarargs import parse_sidecar_args
 __all__ = ["ExecView", "PodContext", "PodRuntime"]
 
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
+
+#: What may answer on a pod's port.
+_PortServer = FakeVLLM | RoutingSidecar | FakeInfiniStore | FakeMpServer | FakeToyServer | FakeToyStore
 
 
 @dataclass
@@ -178,7 +185,7 @@ class PodRuntime(PodTiers):
     def __init__(self, ctx: PodContext) -> None:
         self.ctx = ctx
         self._lock = threading.Lock()
-        self._ports: dict[int, FakeVLLM | RoutingSidecar | FakeInfiniStore | FakeMpServer] = {}
+        self._ports: dict[int, _PortServer] = {}
         self._crashed = False
         #: vLLM containers whose VLLM_SERVER_DEV_MODE vLLM refuses: each crash-loops on its own
         #: (the pod's other containers keep running; the pod is not Ready)
@@ -216,7 +223,7 @@ class PodRuntime(PodTiers):
             c for c in spec.get("initContainers") or []
             if isinstance(c, dict) and c.get("restartPolicy") == "Always"
         ]
-        ports: dict[int, FakeVLLM | RoutingSidecar | FakeInfiniStore | FakeMpServer] = {}
+        ports: dict[int, _PortServer] = {}
         sidecar_specs: list[tuple[str, Any]] = []
 
         for c in sidecars + containers:
@@ -260,6 +267,12 @@ class PodRuntime(PodTiers):
                     kvmap_len_route=not ctx.overrides.get("infinistore_no_kvmap_len"))
                 return
             argv = [expand_k8s_vars(str(a), env) for a in (c.get("command") or []) + (c.get("args") or [])]
+            toy = toy_fake(argv, self._cache_overrides(name))
+            if toy is not None:  # the seam tests' toy server or store (tests/sim/faketoy.py)
+                self._env[name] = env
+                self._recorded[name] = argv
+                ports[toy.port] = toy
+                return
             mp_port = mp_http_port(argv)
             if mp_port is not None:  # an LMCache MP server's HTTP frontend (tests/sim/fakemp.py)
                 self._env[name] = env

@@ -34,6 +34,7 @@ class VllmEngine(Engine):
     reset_route = "/reset_prefix_cache"
     live_config_route = ("/server_info", (("config_format", "json"),))
     dev_mode_env = DEV_MODE_ENV
+    preempts_running = True
 
     def server_config(self, container: Mapping[str, Any], env: Mapping[str, str],
                       config_reader: ConfigReader | None = None) -> ServeConfig | None:
@@ -70,6 +71,11 @@ class VllmEngine(Engine):
     def read_reset_answer(self, status: int, body: bytes, headers: Mapping[str, str] | None = None) -> ResetAnswer:
         """:func:`.api.read_reset_answer`."""
         return api.read_reset_answer(status, body, headers)
+
+    def busy_reason(self, elapsed_s: float, answers: int) -> str:
+        """vLLM's ``success:false`` answers: blocks held by running requests or transfers."""
+        return (f"vLLM kept answering success:false for {elapsed_s:.1f}s ({answers} answers; "
+                "blocks held by running requests or transfers)")
 
     def read_live_config(self, body: bytes) -> LiveConfig:
         """:func:`.liveconfig.read_server_info`."""
