@@ -10,6 +10,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from .argvflag import _flag_value
 from .podspecs import is_vllm_container, pod_specs_of
 
 PEER_NAMES = ("vllm", "redis", "lmcache", "mooncake", "sglang")
@@ -110,20 +111,6 @@ def real_kind(container: dict[str, Any], argv: list[str] | None) -> str | None:
 def peer_of(kind: str) -> str:
     """The ``--real-servers`` name of a server kind (``lmcache-mp`` -> ``lmcache``)."""
     return kind.split("-")[0]
-
-
-def _flag_value(argv: list[str], *names: str) -> str | None:
-    """The last value of ``--name V`` / ``--name=V`` (gflags' ``-name`` too), or None."""
-    found = None
-    for i, tok in enumerate(argv):
-        for n in names:
-            bare = n.lstrip("-")
-            for prefix in (f"--{bare}", f"-{bare}"):
-                if tok == prefix and i + 1 < len(argv):
-                    found = argv[i + 1]
-                elif tok.startswith(prefix + "="):
-                    found = tok.split("=", 1)[1]
-    return found
 
 
 def _without_flags(argv: list[str], *names: str) -> list[str]:

@@ -136,29 +136,6 @@ VLLM_PASS_FLAGS = {
 }
 """vLLM flags passed on to the real server (value count; ``many``: values up to the next flag)."""
 
-"""Data-parallel flags the CPU build cannot serve: a dense model refuses external DP, and with a
-tiny MoE the first completion fails in the CPU communicator (vLLM
-``vllm/distributed/device_communicators/cpu_communicator.py``); ``--data-parallel-size N`` alone
-(internal load balancing) runs."""
-
-"""Connectors that run LMCache's engine inside the vLLM process (vLLM's
-``kv_connector/v1/lmcache_connector.py``)."""
-
-
-# ------------------------------------------------------------------------------ peers
-
-
-# ------------------------------------------------------------------------------ recognising
-
-
-# ------------------------------------------------------------------------------ flags
-
-
-# ------------------------------------------------------------------------------ one server
-
-
-# ------------------------------------------------------------------------------ the pod
-
 
 _TINY_LOCK = threading.Lock()
 

@@ -26,7 +26,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .realpeers import _flag_value
+from .argvflag import _flag_value
 
 __all__ = ["CPU_FLAGS", "SGLANG_PASS_FLAGS", "router_args", "sglang_args", "sglang_command",
            "sglang_env", "write_standins"]
