@@ -24,13 +24,13 @@ import base64
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from urllib.parse import urlencode
 
 from .engines import DEFAULT_ENGINE, Engine, engine_named
-from .engines.base import ResetAnswer, ResetOutcome
+from .engines.base import ResetAnswer, ResetOutcome, ServeConfig
 from .kube import (
     ExecResult,
     HttpAnswer,
@@ -478,13 +478,26 @@ class ResetResult:
 def reset(caller: PodCaller, ref: PodRef, port: int, route: str, query: Sequence[tuple[str, str]],
           *, scheme: str = "http", attempts: int = 3, busy_timeout_s: float = 30.0,
           clock: Callable[[], float] = time.monotonic,
-          on_busy: Callable[[float], None] | None = None, engine: Engine | None = None) -> ResetResult:
+          on_busy: Callable[[float], None] | None = None, engine: Engine | None = None,
+          serve: ServeConfig | None = None, headers: Sequence[tuple[str, str]] = ()) -> ResetResult:
     """POST a reset route (``/reset_prefix_cache`` with ``query``, ``/reset_mm_cache``, ...) on
     one port, applying the module's retry rules; the server's answers are read by ``engine``
     (:meth:`~kubectl_kvreset.engines.base.Engine.read_reset_answer`; vLLM's by default). Never
     raises for cluster answers. ``on_busy``: called with the seconds left before the busy
-    deadline each time the server answers busy and another try follows (a progress display)."""
-    read_answer = (engine or engine_named(DEFAULT_ENGINE)).read_reset_answer
+    deadline each time the server answers busy and another try follows (a progress display).
+    ``serve``: the server's command line, when its engine reads answers by its flags
+    (:meth:`~kubectl_kvreset.engines.base.Engine.read_reset_answer_for`); ``headers``: sent with
+    each call (an ``Authorization`` the server asks for; never logged in clear). A query with
+    ``timeout`` (the server waits for idle itself) gets a call timeout that long plus
+    :data:`RESET_TIMEOUT_S`."""
+    chosen = engine or engine_named(DEFAULT_ENGINE)
+    def read_answer(status: int, body: bytes, hdrs: Mapping[str, str] | None) -> ResetAnswer:
+        if serve is None:
+            return chosen.read_reset_answer(status, body, hdrs)
+        return chosen.read_reset_answer_for(serve, status, body, hdrs)
+    extra = {"payload": Payload(b"", tuple(headers))} if headers else {}  # vLLM's calls send none
+    waits = [float(v) for k, v in query if k == "timeout" and v.replace(".", "", 1).isdigit()]
+    call_timeout = RESET_TIMEOUT_S + (max(waits) if waits else 0.0)
     sleep = caller.sleep
     start = clock()
     calls = busy = errors = 0
@@ -494,8 +507,8 @@ def reset(caller: PodCaller, ref: PodRef, port: int, route: str, query: Sequence
             return ResetResult(route, None, CallFailure("interrupted", "interrupted while retrying"), calls, busy,
                                clock() - start)
         calls += 1
-        got = caller.call(ref, port, "POST", route, query, scheme=scheme, timeout_s=RESET_TIMEOUT_S,
-                          max_bytes=RESET_MAX_BYTES)
+        got = caller.call(ref, port, "POST", route, query, scheme=scheme, timeout_s=call_timeout,
+                          max_bytes=RESET_MAX_BYTES, **extra)
         if isinstance(got, CallFailure):
             errors += 1
             if got.kind in ("forbidden", "pod-gone", "apiserver-error", "no-python", "too-large") or errors >= attempts:

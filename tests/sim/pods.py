@@ -67,6 +67,8 @@ from typing import Any
 
 from .fakeinfinistore import FakeInfiniStore, infinistore_manage_port
 from .fakemp import FakeMpServer, mp_http_port
+from .fakesglang import VERSION as SGLANG_VERSION
+from .fakesglang import FakeSGLang, sglang_args
 from .fakevllm import FakeVLLM, Response, dev_mode_state
 from .images import DEFAULT_VERSION, image_entrypoint, image_vllm_version, is_sidecar_image
 from .mooncakestore import DEFAULT_ADMIN_PORT, MooncakeStoreHook
@@ -178,7 +180,7 @@ class PodRuntime(PodTiers):
     def __init__(self, ctx: PodContext) -> None:
         self.ctx = ctx
         self._lock = threading.Lock()
-        self._ports: dict[int, FakeVLLM | RoutingSidecar | FakeInfiniStore | FakeMpServer] = {}
+        self._ports: dict[int, FakeVLLM | RoutingSidecar | FakeInfiniStore | FakeMpServer | FakeSGLang] = {}
         self._crashed = False
         #: vLLM containers whose VLLM_SERVER_DEV_MODE vLLM refuses: each crash-loops on its own
         #: (the pod's other containers keep running; the pod is not Ready)
@@ -216,7 +218,7 @@ class PodRuntime(PodTiers):
             c for c in spec.get("initContainers") or []
             if isinstance(c, dict) and c.get("restartPolicy") == "Always"
         ]
-        ports: dict[int, FakeVLLM | RoutingSidecar | FakeInfiniStore | FakeMpServer] = {}
+        ports: dict[int, FakeVLLM | RoutingSidecar | FakeInfiniStore | FakeMpServer | FakeSGLang] = {}
         sidecar_specs: list[tuple[str, Any]] = []
 
         for c in sidecars + containers:
@@ -265,6 +267,16 @@ class PodRuntime(PodTiers):
                 self._env[name] = env
                 self._recorded[name] = argv
                 ports[mp_port] = FakeMpServer.for_pod(mp_port, image, self._cache_overrides(name))
+                return
+            sglang = sglang_args(argv)
+            if sglang is not None:  # an SGLang server (tests/sim/fakesglang.py)
+                self._env[name] = env
+                self._recorded[name] = argv
+                if sglang.port in ports:
+                    self.notes.append(f"port {sglang.port} of {name} already taken")
+                else:
+                    ports[sglang.port] = FakeSGLang(sglang, self._cache_overrides(name),
+                                                    version=str(ctx.overrides.get("sglang_version") or SGLANG_VERSION))
                 return
             if _mentions_vllm(c):
                 self._apply_dev_override(env)

@@ -11,7 +11,7 @@ from typing import Any
 from packaging.version import Version
 
 from ...tiers import KVLayout
-from ..base import ConfigReader, Engine, LiveConfig, ResetAnswer, ServeConfig
+from ..base import ConfigReader, Engine, LiveConfig, ResetAnswer, ResetOutcome, ServeConfig
 from . import api, liveconfig
 from .kvconfig import LMCACHE_CONNECTORS, layout_from_serve
 from .servecmd import parse_container
@@ -70,6 +70,20 @@ class VllmEngine(Engine):
     def read_reset_answer(self, status: int, body: bytes, headers: Mapping[str, str] | None = None) -> ResetAnswer:
         """:func:`.api.read_reset_answer`."""
         return api.read_reset_answer(status, body, headers)
+
+    def unconfirmed_text(self, answer: ResetAnswer) -> str:
+        """vLLM's empty 200 (before 0.26)."""
+        return "vLLM < 0.26 answers an empty 200: the reset ran but its result is not known"
+
+    def answer_contradicts(self, version: str | None, outcome: ResetOutcome | None) -> bool:
+        """A ``{"success": ...}`` body from a release before 0.26, or an empty 200 from 0.26 on
+        (vllm PR #46893): the pod runs another build than its template reported."""
+        release = liveconfig.release_version(version)
+        if outcome in (ResetOutcome.CLEARED, ResetOutcome.BUSY):
+            return release is not None and release < api.JSON_RESET_BODY_SINCE
+        if outcome is ResetOutcome.UNCONFIRMED:
+            return release is not None and release >= api.JSON_RESET_BODY_SINCE
+        return False
 
     def read_live_config(self, body: bytes) -> LiveConfig:
         """:func:`.liveconfig.read_server_info`."""
