@@ -333,6 +333,11 @@ def call(kube: Kube, namespace: str, pod: str, port: int, method: str, path: str
     usable = chooser.usable(namespace, method)
     if not usable:
         return _all_forbidden(chooser, method, namespace)
+    if payload is not None and any(k.lower() == "authorization" for k, _ in payload.headers):
+        usable = [t for t in usable if t is not Transport.PROXY]  # the API server's proxy drops it (its own)
+        if not usable:
+            return CallFailure("forbidden", "the server wants an Authorization header, which the API server's pod "
+                               "proxy does not pass on: use --transport exec or port-forward")
     for transport in usable:
         got = _call_one(kube, ref, port, method, path, query, scheme, timeout_s, transport, max_bytes, payload)
         if isinstance(got, CallFailure) and got.kind == "refused" and wait_ready is not None:
@@ -485,19 +490,15 @@ def reset(caller: PodCaller, ref: PodRef, port: int, route: str, query: Sequence
     (:meth:`~kubectl_kvreset.engines.base.Engine.read_reset_answer`; vLLM's by default). Never
     raises for cluster answers. ``on_busy``: called with the seconds left before the busy
     deadline each time the server answers busy and another try follows (a progress display).
-    ``serve``: the server's command line, when its engine reads answers by its flags
-    (:meth:`~kubectl_kvreset.engines.base.Engine.read_reset_answer_for`); ``headers``: sent with
-    each call (an ``Authorization`` the server asks for; never logged in clear). A query with
-    ``timeout`` (the server waits for idle itself) gets a call timeout that long plus
-    :data:`RESET_TIMEOUT_S`."""
+    ``serve``: the command line its engine reads answers by (``read_reset_answer_for``); ``headers``:
+    sent with each call (never logged in clear); a ``timeout`` query adds to :data:`RESET_TIMEOUT_S`."""
     chosen = engine or engine_named(DEFAULT_ENGINE)
     def read_answer(status: int, body: bytes, hdrs: Mapping[str, str] | None) -> ResetAnswer:
         if serve is None:
             return chosen.read_reset_answer(status, body, hdrs)
         return chosen.read_reset_answer_for(serve, status, body, hdrs)
     extra = {"payload": Payload(b"", tuple(headers))} if headers else {}  # vLLM's calls send none
-    waits = [float(v) for k, v in query if k == "timeout" and v.replace(".", "", 1).isdigit()]
-    call_timeout = RESET_TIMEOUT_S + (max(waits) if waits else 0.0)
+    call_timeout = RESET_TIMEOUT_S + max([float(v) for k, v in query if k == "timeout"] or [0.0])
     sleep = caller.sleep
     start = clock()
     calls = busy = errors = 0

@@ -58,7 +58,7 @@ def test_detect_and_clear(sim: Any, tmp_path: Path) -> None:
     assert code == 0, err
     (row,) = _rows(rows, "VllmPod")
     assert (row["engine"], row["ports"], row["role"]) == ("sglang", [8000], "decode"), row
-    assert [t["kind"] for t in row["tiers"]] == ["gpu"], row
+    assert row["tiers"] == ["gpu"], row
     assert all(s["cached_tokens"] > 0 for s in _sglang_ports(cluster).values())
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--busy-timeout", "7")
     assert code == 0, (err, rows)
@@ -143,7 +143,7 @@ def test_hicache_storage_tier_is_left(sim: Any, tmp_path: Path) -> None:
     code, rows, err = cluster.run_json("detect", "-n", NS)
     assert code == 0, err
     (row,) = _rows(rows, "VllmPod")
-    assert [t["kind"] for t in row["tiers"]] == ["gpu", "cpu", "shared"], row
+    assert row["tiers"] == ["gpu", "cpu", "shared"], row
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
     (row,) = _rows(rows, "CacheReset")
     text = json.dumps(row)
