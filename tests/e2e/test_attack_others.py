@@ -76,7 +76,8 @@ MANIFEST = "".join([
     _deployment("sg-only", """\
         - name: sglang
           image: lmsysorg/sglang:v0.5.14
-          command: [python3, -m, dynamo.sglang, --model-path, org/model, --port, "30001", --api-key=sk-attack-sglang-key]
+          command: [python3, -m, dynamo.sglang, --model-path, org/model, --port, "30001",
+                    --api-key=sk-attack-sglang-key]
         """),
     _deployment("trt", """\
         - name: trtllm
