@@ -300,6 +300,23 @@ class Engine:
         pod is then probed on its own). False by default."""
         return False
 
+    def request_counts(self, metrics: str) -> dict[str, tuple[int, int]] | None:
+        """``engine label -> (running, waiting)`` requests in one ``GET /metrics`` text (``--wait-idle``),
+        or None when this engine's metrics do not count them (the port is then reported not idle).
+        Raises ``ValueError`` for a text that is not Prometheus exposition. None by default."""
+        return None
+
+    def counts_engines_by_metrics(self, version: str | None) -> bool:
+        """True when a reset answer of this version may speak for data-parallel engine 0 only and
+        the engine count is read from ``/metrics``. False by default."""
+        return False
+
+    #: Whether an unknown build's reset routes and parameters are read from ``/openapi.json``.
+    routes_from_openapi: bool = False
+    #: ``(step prefix, short code)`` of this engine's reset steps in the default table
+    #: (:data:`kubectl_kvreset.report.STEP_CODES`).
+    step_codes: tuple[tuple[str, str], ...] = ()
+
     def read_live_config(self, body: bytes) -> LiveConfig:
         """Read the answer to :attr:`live_config_route`. Never raises: an answer of another
         shape gives ``readable=False``."""

@@ -176,9 +176,9 @@ def probe_templates(caller: PodCaller, firsts: dict[tuple[str, ...], VllmPod], m
             versions[key] = got  # type: ignore[assignment]
         else:
             lives[key] = got  # type: ignore[assignment]
-    unknown = [k for k, v in versions.items() if not isinstance(v, NotRun)
+    unknown = [k for k, v in versions.items() if not isinstance(v, NotRun) and firsts[k].engine.routes_from_openapi
                and firsts[k].engine.release(v if isinstance(v, str) else None) is None]
-    counting = [k for k, v in versions.items() if isinstance(v, str) and needs_engine_labels(v)
+    counting = [k for k, v in versions.items() if isinstance(v, str) and firsts[k].engine.counts_engines_by_metrics(v)
                 and dev_mode_on(firsts[k]) is not False]
     second: list[tuple[tuple[str, ...], str]] = [(k, "openapi") for k in unknown] + [(k, "metrics") for k in counting]
 

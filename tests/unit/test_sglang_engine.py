@@ -177,3 +177,22 @@ def test_vllm_answers_unchanged_by_the_hooks() -> None:
     assert vllm.busy_query(30.0) == [] and vllm.secret_keys(_cfg(["sglang", "serve"])) == ()
     assert vllm.answer_contradicts("0.23.0", ResetOutcome.CLEARED)
     assert not ENGINE.answer_contradicts("0.5.23", ResetOutcome.CLEARED)
+
+
+def test_request_counts_for_wait_idle() -> None:
+    text = ('# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{dp_rank="0"} 0.0\n'
+            'sglang:num_running_reqs{dp_rank="1"} 2.0\n# TYPE sglang:num_queue_reqs gauge\n'
+            'sglang:num_queue_reqs{dp_rank="0"} 0.0\nsglang:num_queue_reqs{dp_rank="1"} 1.0\n')
+    assert ENGINE.request_counts(text) == {"0": (0, 0), "1": (2, 1)}
+    assert ENGINE.request_counts("# TYPE other gauge\nother 1.0\n") is None
+    vllm_text = 'vllm:num_requests_running{engine="0"} 1.0\nvllm:num_requests_waiting{engine="0"} 0.0\n'
+    assert engine_named("vllm").request_counts(vllm_text) == {"0": (1, 0)}
+    assert ENGINE.request_counts(vllm_text) is None  # another engine's metrics never read as idle
+    assert not ENGINE.counts_engines_by_metrics("0.5.23") and not ENGINE.routes_from_openapi
+
+
+def test_step_code() -> None:
+    from kubectl_kvreset.report import step_codes
+
+    assert step_codes(["POST /flush_cache?timeout=30", "POST /reset_prefix_cache?reset_external=true"]) == [
+        "flush", "prefix"]

@@ -59,6 +59,7 @@ class SglangEngine(Engine):
     reset_route = "/flush_cache"
     live_config_route = None
     dev_mode_env = None
+    step_codes = (("POST /flush_cache", "flush"),)
 
     def server_config(self, container: Mapping[str, Any], env: Mapping[str, str],
                       config_reader: ConfigReader | None = None) -> ServeConfig | None:
@@ -168,6 +169,21 @@ class SglangEngine(Engine):
                 f"SGLang answered 200 for --dp-size {sg.dp_size}, but only the first rank's reply is returned "
                 "(sglang issue #39562): a busy rank keeps its cache; not confirmed for every rank"), False)
         return answer
+
+    def request_counts(self, metrics: str) -> dict[str, tuple[int, int]] | None:
+        """``sglang:num_running_reqs`` / ``sglang:num_queue_reqs`` per ``dp_rank`` label (gauges,
+        sglang ``srt/observability/metrics_collector.py``); None without them (metrics off)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        counts: dict[str, list[int]] = {}
+        seen = False
+        for family in text_string_to_metric_families(metrics):
+            for sample in family.samples:
+                slot = {"sglang:num_running_reqs": 0, "sglang:num_queue_reqs": 1}.get(sample.name)
+                if slot is not None:
+                    seen = True
+                    counts.setdefault(sample.labels.get("dp_rank", ""), [0, 0])[slot] += int(sample.value)
+        return {k: (v[0], v[1]) for k, v in counts.items()} if seen else None
 
     def secret_keys(self, config: ServeConfig) -> tuple[tuple[str, str, str], ...]:
         """The reset key's Secret, when the spec takes it from one."""

@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from ...tiers import KVLayout
 from ..base import ConfigReader, Engine, LiveConfig, ResetAnswer, ResetOutcome, ServeConfig
-from . import api, liveconfig
+from . import api, canary, liveconfig
 from .kvconfig import LMCACHE_CONNECTORS, layout_from_serve
 from .servecmd import parse_container
 
@@ -34,6 +34,9 @@ class VllmEngine(Engine):
     reset_route = "/reset_prefix_cache"
     live_config_route = ("/server_info", (("config_format", "json"),))
     dev_mode_env = DEV_MODE_ENV
+    routes_from_openapi = True
+    step_codes = (("POST /reset_prefix_cache", "prefix"), ("POST /reset_mm_cache", "mm"),
+                  ("POST /reset_encoder_cache", "encoder"))
 
     def server_config(self, container: Mapping[str, Any], env: Mapping[str, str],
                       config_reader: ConfigReader | None = None) -> ServeConfig | None:
@@ -84,6 +87,16 @@ class VllmEngine(Engine):
         if outcome is ResetOutcome.UNCONFIRMED:
             return release is not None and release >= api.JSON_RESET_BODY_SINCE
         return False
+
+    def request_counts(self, metrics: str) -> dict[str, tuple[int, int]] | None:
+        """``vllm:num_requests_running`` / ``vllm:num_requests_waiting`` per ``engine`` label
+        (:func:`.canary.cache_counters`; raises its ``MetricsParseError``)."""
+        return {label: (int(c.running or 0), int(c.waiting or 0))
+                for label, c in canary.cache_counters(metrics).items()}
+
+    def counts_engines_by_metrics(self, version: str | None) -> bool:
+        """Not :func:`.api.reset_answers_for_every_engine` on that version."""
+        return not api.reset_answers_for_every_engine(api.parse_version(version))
 
     def read_live_config(self, body: bytes) -> LiveConfig:
         """:func:`.liveconfig.read_server_info`."""
