@@ -150,3 +150,15 @@ def test_hicache_storage_tier_is_left(sim: Any, tmp_path: Path) -> None:
     assert row["result"] != "emptied" and "/hicache/storage-backend/clear" in text, row
     (snap,) = _sglang_ports(cluster).values()
     assert snap["cached_tokens"] == 0 and snap["host_tokens"] == [0] and snap["storage_tokens"][0] > 0
+
+
+def test_wait_idle_reads_sglang_gauges(sim: Any, tmp_path: Path) -> None:
+    dep = build.deployment("sgl", [_container(["--port", "30000", "--enable-metrics"])], namespace=NS)
+    scenario = {"pods": [{"match": {"owner": "deployment/sgl"}, "busy_seconds": 1.5}]}
+    cluster = sim([_write(tmp_path, [dep])], namespace=NS, scenario=scenario)
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--wait-idle", "20", "--busy-timeout", "0")
+    assert code == 0, (err, rows)
+    (row,) = _rows(rows, "CacheReset")
+    assert row["result"] == "emptied" and "still busy" not in err, (row, err)
+    (snap,) = _sglang_ports(cluster).values()
+    assert snap["flush_queries"] == ["timeout=0"], snap  # idle by then: the first flush needed no wait

@@ -26,7 +26,7 @@ answered them):
 
 Scenario overrides (a pod's ``overrides``): ``warm_tokens`` (radix tokens per rank at start,
 default 64; ``cold`` 0), ``warm_host_tokens`` / ``warm_storage_tokens`` (HiCache tiers, default
-32 when enabled), ``busy_seconds`` (rank 0 runs requests for that long from the first flush),
+32 when enabled), ``busy_seconds`` (rank 0 runs requests for that long from the first flush or metrics read),
 ``busy_ranks`` (``{rank: seconds}``, the same per rank).
 
 :func:`answer` answers one ``(method, path, query, auth)`` of a server built from an argv with
@@ -313,7 +313,7 @@ class FakeSGLang:
                     lines.append(f'sglang:cached_tokens_total{{cache_source="{source}",dp_rank="{i}"}} '
                                  f'{float(r.cached[source])}')
             lines.append("# TYPE sglang:num_running_reqs gauge")
-            lines += [f'sglang:num_running_reqs{{dp_rank="{i}"}} {1.0 if r.busy_until and r.busy_until > now else 0.0}'
+            lines += [f'sglang:num_running_reqs{{dp_rank="{i}"}} {1.0 if r.busy_left(now) > 0 else 0.0}'
                       for i, r in enumerate(self.ranks)]
             lines.append("# TYPE sglang:num_queue_reqs gauge")
             lines += [f'sglang:num_queue_reqs{{dp_rank="{i}"}} 0.0' for i in range(len(self.ranks))]
