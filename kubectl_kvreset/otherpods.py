@@ -10,10 +10,11 @@ that merely mentions an engine (an env value, an image name, an ``echo``) is not
 
 What starts each (upstream sources):
 
-* SGLang: ``python -m sglang.launch_server`` or ``sglang serve`` (sglang ``python/sglang/cli/``),
-  ``--port`` default 30000 (``sglang/srt/server_args.py``); llm-d runs it on 8000 with the label
-  ``llm-d.ai/engine-type: sglang`` (llm-d ``guides/**/sglang``), KServe through its
-  ``kserve-llm-sglang`` runtime (kserve ``config/runtimes/kserve-llm-sglang.yaml``).
+* SGLang by its label only: an SGLang server whose command names it (``python -m
+  sglang.launch_server``, ``sglang serve``) is the SGLang engine's (:mod:`kubectl_kvreset.engines.sglang`);
+  a pod labelled ``llm-d.ai/engine-type: sglang`` (llm-d ``guides/**/sglang``) or run by KServe's
+  ``kserve-llm-sglang`` runtime (kserve ``config/runtimes/kserve-llm-sglang.yaml``) whose command
+  names no engine is listed here, on its listed port or 30000 (``sglang/srt/server_args.py``).
 * Dynamo workers: ``python -m dynamo.vllm`` / ``dynamo.sglang`` / ``dynamo.trtllm`` (ai-dynamo/dynamo
   ``components/src/dynamo/``) and ``dynamo-run``; a worker serves no OpenAI port of its own (the
   Dynamo frontend does), so its port is unknown. A Dynamo vLLM worker is not ``vllm serve``:
@@ -34,8 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .engines import engine_for
+from .engines.argv import python_module
 from .engines.base import ServerCommandError
-from .engines.vllm.servecmd import kubernetes_expand, python_module
+from .engines.k8senv import kubernetes_expand
 from .pods import Owner, Targets, _is_ready, _sidecar, parse_owner_ref, pod_env, pod_owner, pod_role
 from .shellscript import Shell, ShellScriptError
 
@@ -63,7 +65,6 @@ ENGINE_NAMES: Mapping[str, str] = {
 
 #: ``python -m MODULE`` -> engine.
 _MODULES: Mapping[str, str] = {
-    "sglang.launch_server": SGLANG,
     "dynamo.vllm": DYNAMO_VLLM,
     "dynamo.sglang": DYNAMO_SGLANG,
     "dynamo.trtllm": DYNAMO_TRTLLM,
@@ -91,7 +92,7 @@ def other_entrypoint(words: Sequence[str]) -> tuple[str, int] | None:
     """If ``words`` (one simple command after expansion) start an engine of :data:`ENGINE_NAMES`,
     return ``(engine, index of its first argument)``, else None.
 
-    ``python3 [-u] -m sglang.launch_server``, ``sglang serve``, ``python -m dynamo.vllm`` (and
+    ``python -m dynamo.vllm`` (and
     ``.sglang``, ``.trtllm``), ``dynamo-run``, ``trtllm-serve [serve] MODEL`` (not ``trtllm-serve
     disaggregated``, a router), ``lmcache_server HOST PORT`` / ``python -m lmcache.v1.server HOST
     PORT`` (the positional form; the flag-only form is LMCache's MP server, cleared by the store step).
@@ -99,8 +100,6 @@ def other_entrypoint(words: Sequence[str]) -> tuple[str, int] | None:
     if not words:
         return None
     base = words[0].rsplit("/", 1)[-1]
-    if base == "sglang":
-        return (SGLANG, 2) if len(words) > 1 and words[1] == "serve" else None
     if base == "dynamo-run":
         return DYNAMO_RUN, 1
     if base == "trtllm-serve":

@@ -24,13 +24,13 @@ import base64
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from urllib.parse import urlencode
 
 from .engines import DEFAULT_ENGINE, Engine, engine_named
-from .engines.base import ResetAnswer, ResetOutcome
+from .engines.base import ResetAnswer, ResetOutcome, ServeConfig
 from .kube import (
     ExecResult,
     HttpAnswer,
@@ -333,6 +333,11 @@ def call(kube: Kube, namespace: str, pod: str, port: int, method: str, path: str
     usable = chooser.usable(namespace, method)
     if not usable:
         return _all_forbidden(chooser, method, namespace)
+    if payload is not None and any(k.lower() == "authorization" for k, _ in payload.headers):
+        usable = [t for t in usable if t is not Transport.PROXY]  # the API server's proxy drops it (its own)
+        if not usable:
+            return CallFailure("forbidden", "the server wants an Authorization header, which the API server's pod "
+                               "proxy does not pass on: use --transport exec or port-forward")
     for transport in usable:
         got = _call_one(kube, ref, port, method, path, query, scheme, timeout_s, transport, max_bytes, payload)
         if isinstance(got, CallFailure) and got.kind == "refused" and wait_ready is not None:
@@ -478,13 +483,22 @@ class ResetResult:
 def reset(caller: PodCaller, ref: PodRef, port: int, route: str, query: Sequence[tuple[str, str]],
           *, scheme: str = "http", attempts: int = 3, busy_timeout_s: float = 30.0,
           clock: Callable[[], float] = time.monotonic,
-          on_busy: Callable[[float], None] | None = None, engine: Engine | None = None) -> ResetResult:
+          on_busy: Callable[[float], None] | None = None, engine: Engine | None = None,
+          serve: ServeConfig | None = None, headers: Sequence[tuple[str, str]] = ()) -> ResetResult:
     """POST a reset route (``/reset_prefix_cache`` with ``query``, ``/reset_mm_cache``, ...) on
     one port, applying the module's retry rules; the server's answers are read by ``engine``
     (:meth:`~kubectl_kvreset.engines.base.Engine.read_reset_answer`; vLLM's by default). Never
     raises for cluster answers. ``on_busy``: called with the seconds left before the busy
-    deadline each time the server answers busy and another try follows (a progress display)."""
-    read_answer = (engine or engine_named(DEFAULT_ENGINE)).read_reset_answer
+    deadline each time the server answers busy and another try follows (a progress display).
+    ``serve``: the command line its engine reads answers by (``read_reset_answer_for``); ``headers``:
+    sent with each call (never logged in clear); a ``timeout`` query adds to :data:`RESET_TIMEOUT_S`."""
+    chosen = engine or engine_named(DEFAULT_ENGINE)
+    def read_answer(status: int, body: bytes, hdrs: Mapping[str, str] | None) -> ResetAnswer:
+        if serve is None:
+            return chosen.read_reset_answer(status, body, hdrs)
+        return chosen.read_reset_answer_for(serve, status, body, hdrs)
+    extra = {"payload": Payload(b"", tuple(headers))} if headers else {}  # vLLM's calls send none
+    call_timeout = RESET_TIMEOUT_S + max([float(v) for k, v in query if k == "timeout"] or [0.0])
     sleep = caller.sleep
     start = clock()
     calls = busy = errors = 0
@@ -494,8 +508,8 @@ def reset(caller: PodCaller, ref: PodRef, port: int, route: str, query: Sequence
             return ResetResult(route, None, CallFailure("interrupted", "interrupted while retrying"), calls, busy,
                                clock() - start)
         calls += 1
-        got = caller.call(ref, port, "POST", route, query, scheme=scheme, timeout_s=RESET_TIMEOUT_S,
-                          max_bytes=RESET_MAX_BYTES)
+        got = caller.call(ref, port, "POST", route, query, scheme=scheme, timeout_s=call_timeout,
+                          max_bytes=RESET_MAX_BYTES, **extra)
         if isinstance(got, CallFailure):
             errors += 1
             if got.kind in ("forbidden", "pod-gone", "apiserver-error", "no-python", "too-large") or errors >= attempts:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from .engines import ENGINES
 from .printers import escaped
 from .redact import redact_value
 
@@ -209,15 +210,15 @@ def fold_ports(ports: Any) -> Any:
 
 
 #: Short codes of a plan's steps for the default table (``-o wide`` and JSON keep the routes).
-STEP_CODES = (("POST /reset_prefix_cache", "prefix"), ("POST /reset_mm_cache", "mm"),
-              ("POST /reset_encoder_cache", "encoder"), ("clear-fs", "fs"), ("restart", "restart"),
-              ("devmode", "devmode"), ("none", "none"))
+STEP_CODES = tuple(code for engine in ENGINES for code in engine.step_codes) + (
+    ("clear-fs", "fs"), ("restart", "restart"), ("devmode", "devmode"), ("none", "none"))
 
 
 def step_codes(steps: Any) -> Any:
     """A plan's steps as short codes: ``POST /reset_prefix_cache?...`` -> ``prefix``,
-    ``/reset_mm_cache`` -> ``mm``, ``/reset_encoder_cache`` -> ``encoder``, ``clear-fs ROOT``
-    -> ``fs``, ``restart OWNER`` -> ``restart``, ``devmode --enable OWNER`` -> ``devmode``, the
+    ``/reset_mm_cache`` -> ``mm``, ``/reset_encoder_cache`` -> ``encoder``, SGLang's ``/flush_cache``
+    -> ``flush`` (each engine's :attr:`~kubectl_kvreset.engines.base.Engine.step_codes`),
+    ``clear-fs ROOT`` -> ``fs``, ``restart OWNER`` -> ``restart``, ``devmode --enable OWNER`` -> ``devmode``, the
     fallback taken only if vLLM answers 404 -> ``restart-if-404`` / ``devmode-if-404``; any
     other step is kept as it is. Anything but a list is returned unchanged."""
     if not isinstance(steps, (list, tuple)):

@@ -2,7 +2,8 @@
 each with one :class:`~kubectl_kvreset.engines.base.Engine` subclass, registered in
 :data:`ENGINES` (one line each). An engine knows its server's command line and configuration
 files, its API's reset calls and what their answers mean, its live configuration.
-:mod:`kubectl_kvreset.engines.vllm` is vLLM's. Engines never import each other.
+:mod:`kubectl_kvreset.engines.vllm` is vLLM's, :mod:`kubectl_kvreset.engines.sglang` SGLang's.
+Engines never import each other.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .base import ConfigReader, Engine, ServeConfig, ServerCommandError
+from .sglang.engine import SglangEngine
 from .vllm.engine import VllmEngine
 
 __all__ = ["DEFAULT_ENGINE", "ENGINES", "Engine", "engine_for", "engine_named"]
@@ -18,6 +20,7 @@ __all__ = ["DEFAULT_ENGINE", "ENGINES", "Engine", "engine_for", "engine_named"]
 #: Every engine, in the order a container is offered to them (the first that claims it wins).
 ENGINES: tuple[Engine, ...] = (
     VllmEngine(),
+    SglangEngine(),
 )
 
 #: The engine of a pod model built without one (callers and tests that predate the registry).

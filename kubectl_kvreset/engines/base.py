@@ -22,6 +22,7 @@ from ..tiers import KVLayout
 
 __all__ = [
     "ConfigReader", "Engine", "LiveConfig", "ResetAnswer", "ResetOutcome", "ServeConfig", "ServerCommandError",
+    "TierReset",
 ]
 
 #: Reads a configuration file a container names (vLLM's ``--config``): ``path -> (yaml_text,
@@ -145,6 +146,17 @@ class ResetAnswer:
 
 
 @dataclass(frozen=True)
+class TierReset:
+    """What an engine's reset does to one tier: ``emptied``, the ``reason`` (with its upstream
+    source) and, when not emptied, the ``remedy`` step that would empty it (``"restart"``,
+    ``"clear-fs"``) or None when no pod-side step does."""
+
+    emptied: bool
+    reason: str
+    remedy: str | None
+
+
+@dataclass(frozen=True)
 class LiveConfig:
     """The part of a running server's own configuration this tool reads (vLLM's
     ``/server_info?config_format=json``: :meth:`Engine.read_live_config`).
@@ -259,6 +271,59 @@ class Engine:
         """Why a reset that answered :attr:`ResetOutcome.BUSY` ``answers`` times over
         ``elapsed_s`` seconds (until the busy timeout) did not empty the cache, for the row."""
         return f"{self.name} kept answering busy for {elapsed_s:.1f}s ({answers} answers)"
+
+    def read_reset_answer_for(self, config: ServeConfig, status: int, body: bytes,
+                              headers: Mapping[str, str] | None = None) -> ResetAnswer:
+        """:meth:`read_reset_answer` for a server started with ``config`` (an engine whose answers
+        mean more or less by its flags overrides it). Never raises."""
+        return self.read_reset_answer(status, body, headers)
+
+    def tier_resets(self, layout: KVLayout, release: Version | None) -> tuple[TierReset, ...] | None:
+        """One :class:`TierReset` per tier of ``layout`` on ``release``, or None (the default)
+        when the reset-effect table of :mod:`kubectl_kvreset.plan` (vLLM's connectors) decides."""
+        return None
+
+    def busy_query(self, busy_timeout_s: float) -> list[tuple[str, str]]:
+        """Query parameters added to :attr:`reset_route` so the server itself waits up to the
+        plugin's busy timeout (seconds) for running requests. ``[]`` by default."""
+        return []
+
+    def reset_headers(self, config: ServeConfig, keys: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        """Headers the reset routes need (an ``Authorization`` the server asks for), from the
+        command line ``config`` and ``keys`` (flag -> value read from a Secret the spec names).
+        Never logged in clear (:mod:`kubectl_kvreset.redact` masks ``Authorization``). None by default."""
+        return ()
+
+    def secret_keys(self, config: ServeConfig) -> tuple[tuple[str, str, str], ...]:
+        """``(flag, secret name, key)`` of each reset credential the spec takes from a Secret
+        (read with the user's rights before the reset). None by default."""
+        return ()
+
+    def unconfirmed_text(self, answer: ResetAnswer) -> str:
+        """The row's message for an :attr:`ResetOutcome.UNCONFIRMED` answer."""
+        return answer.detail
+
+    def answer_contradicts(self, version: str | None, outcome: ResetOutcome | None) -> bool:
+        """True when a reset answer does not fit the version the pod's template reported (the
+        pod is then probed on its own). False by default."""
+        return False
+
+    def request_counts(self, metrics: str) -> dict[str, tuple[int, int]] | None:
+        """``engine label -> (running, waiting)`` requests in one ``GET /metrics`` text (``--wait-idle``),
+        or None when this engine's metrics do not count them (the port is then reported not idle).
+        Raises ``ValueError`` for a text that is not Prometheus exposition. None by default."""
+        return None
+
+    def counts_engines_by_metrics(self, version: str | None) -> bool:
+        """True when a reset answer of this version may speak for data-parallel engine 0 only and
+        the engine count is read from ``/metrics``. False by default."""
+        return False
+
+    #: Whether an unknown build's reset routes and parameters are read from ``/openapi.json``.
+    routes_from_openapi: bool = False
+    #: ``(step prefix, short code)`` of this engine's reset steps in the default table
+    #: (:data:`kubectl_kvreset.report.STEP_CODES`).
+    step_codes: tuple[tuple[str, str], ...] = ()
 
     def read_live_config(self, body: bytes) -> LiveConfig:
         """Read the answer to :attr:`live_config_route`. Never raises: an answer of another

@@ -52,9 +52,13 @@ def reset_route(plan: Plan, pod_plan: PodPlan, port: ApiPort, route: str,
     pod = pod_plan.pod
     ref = PodRef(pod.namespace, pod.name, pod.container)
     caller = plan.scope.caller
-    query = pod_plan.query if route == pod_plan.routes[0] else ()
+    first = route == pod_plan.routes[0]
+    query = tuple(pod_plan.query) + tuple(pod.engine.busy_query(plan.options.busy_timeout_s)) if first else ()
+    headers = pod.engine.reset_headers(pod.serve, getattr(plan, "reset_keys", {}).get(  # a hand-built plan has none
+        (pod.namespace, pod.name, pod.container), {}))
     return reset(caller, ref, port.port, route, query, scheme=port.scheme,
-                 busy_timeout_s=plan.options.busy_timeout_s, on_busy=on_busy, engine=pod.engine)
+                 busy_timeout_s=plan.options.busy_timeout_s, on_busy=on_busy, engine=pod.engine,
+                 serve=pod.serve, headers=headers)
 
 
 def run(plan: Plan, cancel: Cancel | None = None, *, progress: Callable[[str], None] | None = None,
@@ -346,7 +350,7 @@ def reprobe(plan: Plan, by_port: dict[PortKey, list[ResetResult | NotRun]], canc
             continue
         first = by_port.get((p.pod.namespace, p.pod.name, p.pod.container, p.pod.ports[0].port), [])
         outcome = first[0].outcome if first and isinstance(first[0], ResetResult) else None
-        if contradicts(p.version, outcome):
+        if contradicts(p.version, outcome, p.pod.engine):
             odd.append(i)
     if not odd:
         return

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Sequence
 
 from ..engines.vllm.api import MetricsParseError
-from ..engines.vllm.canary import cache_counters
 from ..podapi import PodCaller, PodRef, fetch_metrics
 from ..pods import ApiPort, VllmPod
 from ..pool import Cancel, NotRun, parallel
@@ -36,12 +35,13 @@ def busy_engines(caller: PodCaller, ports: Sequence[tuple[VllmPod, ApiPort]], *,
         if got.text is None:
             return [f"{where} (GET /metrics: {got.error})"]
         try:
-            engines = cache_counters(got.text)
-        except MetricsParseError as exc:
+            counts = pod.engine.request_counts(got.text)
+        except (MetricsParseError, ValueError) as exc:
             return [f"{where} (GET /metrics: {exc})"]
+        if counts is None:
+            return [f"{where} (its /metrics does not count {pod.engine.name}'s running requests)"]
         out = []
-        for label, c in engines.items():
-            running, waiting = int(c.running or 0), int(c.waiting or 0)
+        for label, (running, waiting) in counts.items():
             if running or waiting:
                 name = f" engine {label}" if label else ""
                 out.append(f"{where}{name} ({running} running, {waiting} waiting)")

@@ -233,6 +233,9 @@ class Plan:
     other_users: dict[OtherKey, tuple[User, ...]] = field(default_factory=dict)
     """Per LMCache server among them, the engines outside the targets that use it (its restart's
     consent); kept by :func:`replan`."""
+    reset_keys: dict[ContainerKey, dict[str, str]] = field(default_factory=dict, repr=False)
+    """Per server container: the reset credentials read from Secrets (flag -> value; never shown,
+    :func:`kubectl_kvreset.job.resetkeys.read_reset_keys`)."""
 
     def devmode_notes(self) -> list[str]:
         """One line per replaced or overridden value of an owner whose dev-mode step is planned
@@ -344,7 +347,18 @@ def replan(old: Plan, fallback: str) -> Plan:
                 fallback, devmode_changes=dict(old.devmode_changes), dev_modes=dict(old.dev_modes),
                 holds=dict(old.holds),
                 others=plan_others(old.scope.others, fallback, shared=options.shared_stores, users=old.other_users),
-                other_users=dict(old.other_users))
+                other_users=dict(old.other_users), reset_keys=old.reset_keys)
+
+
+def engine_effects(pod: VllmPod, version: Version | None) -> tuple[TierEffect, ...]:
+    """What the API reset does to each tier of ``pod`` on ``version``: its engine's own answer
+    (:meth:`~kubectl_kvreset.engines.base.Engine.tier_resets`) when it gives one, else the
+    reset-effect table (:func:`~kubectl_kvreset.plan.api_reset_effects`, vLLM's connectors)."""
+    own = pod.engine.tier_resets(pod.layout, version)
+    if own is None:
+        return api_reset_effects(pod.layout, version, reset_external=True)
+    return tuple(TierEffect(tier, r.emptied, r.reason, None if r.emptied else r.remedy)
+                 for tier, r in zip(pod.layout.tiers, own, strict=True))
 
 
 def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, preempt: bool,
@@ -364,13 +378,13 @@ def build_plans(pods: list[VllmPod], probed: tuple[Probed, ...], fallback: str, 
         down = pod_not_running(pod, resolved)
         if down is not None and fallback == "devmode" and refused_dev_mode(pod, down, resolved):
             # the dev-mode step writes the value vLLM accepts: the new pods start, cold
-            effects = api_reset_effects(pod.layout, None, reset_external=True)
+            effects = engine_effects(pod, None)
             plans.append(PodPlan(pod, None, None, effects, (), (),
                                  plan_pod_steps(effects, dev_mode_on=False, fallback=fallback),
                                  notes=(f"{down.describe()}: --fallback devmode replaces that value",)))
             continue
         if down is not None:
-            effects = api_reset_effects(pod.layout, None, reset_external=True)
+            effects = engine_effects(pod, None)
             left = tuple(LeftTier(e.tier, down.describe(), None) for e in effects)
             plans.append(PodPlan(pod, None, None, effects, (), (), PodSteps((), left, None), not_running=down))
             continue
@@ -407,7 +421,7 @@ def pod_plan(pod: VllmPod, got: Probed, fallback: str, preempt: bool,
     version_text = probe.version if probe else None
     engine = pod.engine
     version = engine.release(version_text)
-    effects = api_reset_effects(pod.layout, version, reset_external=True)
+    effects = engine_effects(pod, version)
     query = tuple(engine.reset_query(version, reset_external=True, reset_running_requests=preempt))
     routes = (engine.reset_route,) + engine.extra_reset_routes(version)
     unconfirmed: tuple[Tier, ...] = ()

@@ -183,8 +183,8 @@ def _first_route(plan: PodPlan, port: ApiPort | None, first: ResetResult, result
                                    unknown=pod.serve.engines_unknown, secret=pod.serve.engines_secret)
         return _StepEnd("emptied") if dp_text is None else _StepEnd("unconfirmed", (dp_text,), unconfirmed=True)
     if first.outcome is ResetOutcome.UNCONFIRMED:
-        return _StepEnd("unconfirmed", ("vLLM < 0.26 answers an empty 200: the reset ran but its result is not known",),
-                        unconfirmed=True)
+        text = pod.engine.unconfirmed_text(first.answer) if first.answer is not None else "not confirmed"
+        return _StepEnd("unconfirmed", (text,), unconfirmed=True)
     if first.failure is not None and first.failure.kind == "pod-gone":
         successors = results.successors.get((pod.namespace, pod.owner), [])
         return _StepEnd("replaced", (f"pod {pod.name} was deleted during the run"

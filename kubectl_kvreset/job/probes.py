@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from ..engines import DEFAULT_ENGINE, Engine, engine_named
 from ..engines.vllm.api import (
-    JSON_RESET_BODY_SINCE,
     MetricsParseError,
     ResetOutcome,
     engine_count,
@@ -30,7 +30,6 @@ from ..engines.vllm.liveconfig import (
     RouteSet,
     read_openapi,
     reconcile,
-    release_version,
 )
 from ..kube import HttpAnswer
 from ..podapi import (
@@ -177,9 +176,9 @@ def probe_templates(caller: PodCaller, firsts: dict[tuple[str, ...], VllmPod], m
             versions[key] = got  # type: ignore[assignment]
         else:
             lives[key] = got  # type: ignore[assignment]
-    unknown = [k for k, v in versions.items() if not isinstance(v, NotRun)
+    unknown = [k for k, v in versions.items() if not isinstance(v, NotRun) and firsts[k].engine.routes_from_openapi
                and firsts[k].engine.release(v if isinstance(v, str) else None) is None]
-    counting = [k for k, v in versions.items() if isinstance(v, str) and needs_engine_labels(v)
+    counting = [k for k, v in versions.items() if isinstance(v, str) and firsts[k].engine.counts_engines_by_metrics(v)
                 and dev_mode_on(firsts[k]) is not False]
     second: list[tuple[tuple[str, ...], str]] = [(k, "openapi") for k in unknown] + [(k, "metrics") for k in counting]
 
@@ -254,14 +253,10 @@ def apply_probe(pod: VllmPod, probe: Probe | NotRun) -> VllmPod:
     return replace(pod, layout=layout, version=probe.version, notes=tuple(notes), serve=serve)
 
 
-def contradicts(version: str | None, first: ResetOutcome | None) -> bool:
-    """True when a pod's own reset answer does not fit the version its template reported: a
-    ``{"success": ...}`` body from a release before 0.26, or an empty 200 from 0.26 on (vllm PR
-    #46893). Such a pod runs another build (a ``:latest`` image pulled again) and is probed on
-    its own."""
-    release = release_version(version)
-    if first in (ResetOutcome.CLEARED, ResetOutcome.BUSY):
-        return release is not None and release < JSON_RESET_BODY_SINCE
-    if first is ResetOutcome.UNCONFIRMED:
-        return release is not None and release >= JSON_RESET_BODY_SINCE
-    return False
+def contradicts(version: str | None, first: ResetOutcome | None, engine: Engine | None = None) -> bool:
+    """True when a pod's own reset answer does not fit the version its template reported
+    (:meth:`~kubectl_kvreset.engines.base.Engine.answer_contradicts` of the pod's ``engine``,
+    vLLM's by default: a ``{"success": ...}`` body from a release before 0.26, or an empty 200
+    from 0.26 on, vllm PR #46893). Such a pod runs another build (a ``:latest`` image pulled
+    again) and is probed on its own."""
+    return (engine or engine_named(DEFAULT_ENGINE)).answer_contradicts(version, first)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
+from ..engines import DEFAULT_ENGINE, Engine, engine_named
 from ..engines.vllm.api import MetricsParseError, read_reset_answer
 from ..engines.vllm.canary import (
     SOURCE_TIERS,
@@ -216,7 +217,7 @@ def planned_steps(p: PodPlan, fallback: str, *, store: bool) -> list[dict[str, o
     steps = [f"seed: a salted canary of 2 x block + 1 tokens per engine for each probe point ({', '.join(points)})",
              f"control: the {points[0] if points else 'first'} canary again, must hit 2 blocks",
              *[f"probe after {pt}" for pt in points],
-             f"final reset: POST /reset_prefix_cache{query} (removes the canaries' blocks)"]
+             f"final reset: POST {_engine(p.pod).reset_route}{query} (removes the canaries' blocks)"]
     return [{"port": port.port, "steps": steps} for port in p.pod.ports]
 
 
@@ -234,6 +235,11 @@ def verify_codes(value: object) -> object:
                          else text.split(":", 1)[0].replace(" ", "-"))
         out.append(f"{v.get('port')}: {','.join(codes)}")
     return "; ".join(out)
+
+
+def _engine(pod: VllmPod) -> Engine:
+    """The pod's engine (vLLM's for a pod model built without one)."""
+    return getattr(pod, "engine", None) or engine_named(DEFAULT_ENGINE)
 
 
 def verifier_for(plan: Plan, cancel: Cancel | None = None, *, store: bool = False) -> Verifier:
@@ -386,8 +392,10 @@ class Verifier:
         if not proofs:
             return
         for name in self.successors.get((t.pod.namespace, t.pod.name), (t.pod.name,)):
+            engine = _engine(t.pod)
             got = reset(self.caller, PodRef(t.pod.namespace, name, t.pod.container), t.port.port,
-                        "/reset_prefix_cache", t.query, scheme=t.port.scheme, busy_timeout_s=10.0)
+                        engine.reset_route, tuple(t.query) + tuple(engine.busy_query(10.0)), scheme=t.port.scheme,
+                        busy_timeout_s=10.0, engine=engine, serve=t.pod.serve)
             text = got.answer.detail if got.answer else (got.failure.message if got.failure else "no answer")
             if got.answer is None or got.answer.outcome.value != "cleared":
                 text += ("; the canaries' own blocks stay (salted: no request without their salt hits them)")

@@ -22,6 +22,7 @@ from .execute import Events, preview_fs, run
 from .outcome import Outcome, plan_report, with_lmcache_clears, with_store_results
 from .planning import ClearOptions, Plan, plan, replan
 from .resetconsent import reset_holds, reset_reaches
+from .resetkeys import read_reset_keys
 from .scope import Scope
 from .storeclear import (
     ChainedReport,
@@ -125,6 +126,8 @@ def prepare(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None
     the_plan = plan(scope, options, cancel=cancel, fallback_chosen=fallback_chosen, holds=holds,
                     store_calls=stores.calls)
     notes = [n for n in stores.notes if n.startswith(("note:", "error:"))]
+    the_plan.reset_keys, key_notes = read_reset_keys(scope.kube, [p.pod for p in the_plan.pods])
+    notes += key_notes
     covered = lmcache_cpu_planned(stores)
     plan_notes = [f"note: the LMCache CPU tier of {', '.join(covered)} is emptied by the store step "
                   "(lmcache-controller / lmcache-worker rows), though the reset plan lists it as left"

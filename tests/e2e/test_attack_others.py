@@ -1,6 +1,6 @@
-"""Attacks on the rows of inference pods this version cannot empty (SGLang, Dynamo,
+"""Attacks on the rows of inference pods this version cannot empty (Dynamo SGLang workers, Dynamo,
 ``trtllm-serve``, the LMCache server): look-alike commands that are vLLM or routers, a pod with a
-vLLM and an SGLang container, every output format, ``--container``, owner arguments, exit codes,
+vLLM and a Dynamo SGLang worker container, every output format, ``--container``, owner arguments, exit codes,
 secrets in their arguments, the LMCache server's restart consent across namespaces, and the rows
 after a restart."""
 
@@ -69,14 +69,15 @@ MANIFEST = "".join([
           env: [{name: VLLM_SERVER_DEV_MODE, value: "1"}]
         - name: sglang
           image: lmsysorg/sglang:v0.5.14
-          command: [python3, -m, sglang.launch_server, --model-path, org/model, --port, "30000",
+          command: [python3, -m, dynamo.sglang, --model-path, org/model, --port, "30000",
                     --api-key, sk-attack-sglang-key, --admin-api-key, sk-attack-admin-key]
           env: [{name: HF_TOKEN, value: hf_attackTokenValue}]
         """),
     _deployment("sg-only", """\
         - name: sglang
           image: lmsysorg/sglang:v0.5.14
-          command: [sglang, serve, --model-path, org/model, --port, "30001", --api-key=sk-attack-sglang-key]
+          command: [python3, -m, dynamo.sglang, --model-path, org/model, --port, "30001",
+                    --api-key=sk-attack-sglang-key]
         """),
     _deployment("trt", """\
         - name: trtllm
@@ -116,8 +117,8 @@ def test_detect_lookalikes_and_routers_are_not_other_engines(cluster: SimCluster
     got = {_key(r): r["engine"] for r in _rows(rows, "VllmPod")}
     assert got[("lookalike", "vllm")] == "vllm"
     assert ("frontend", "frontend") not in got and ("trt-router", "router") not in got
-    assert got[("both", "vllm")] == "vllm" and got[("both", "sglang")] == "sglang"
-    assert got[("sg-only", "sglang")] == "sglang" and got[("trt", "trtllm")] == "trtllm-serve"
+    assert got[("both", "vllm")] == "vllm" and got[("both", "sglang")] == "dynamo-sglang"
+    assert got[("sg-only", "sglang")] == "dynamo-sglang" and got[("trt", "trtllm")] == "trtllm-serve"
 
 
 def test_secrets_never_printed(cluster: SimCluster) -> None:
@@ -202,7 +203,7 @@ def test_container_flag_does_not_hide_a_warm_sglang_container(cluster: SimCluste
     assert got[("both", "vllm")]["result"] == "emptied"
     row = got[("both", "sglang")]
     assert row["result"] == "skipped" and "not targeted (--container vllm)" in row["message"], row
-    assert "SGLang is not supported by this version: its cache was not emptied" in row["message"]
+    assert "NVIDIA Dynamo (SGLang worker) is not supported by this version: its cache was not emptied" in row["message"]
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--container", "vllm")
     got = {_key(r): r for r in _rows(rows, "CacheReset")}
     assert got[("sg-only", "sglang")]["result"] == "skipped" and got[("trt", "trtllm")]["result"] == "skipped", rows
@@ -335,7 +336,7 @@ BY_HAND = textwrap.dedent(f"""\
           containers:
           - name: sglang
             image: lmsysorg/sglang:v0.5.14
-            command: [python3, -m, sglang.launch_server, --model-path, org/model]
+            command: [python3, -m, dynamo.sglang, --model-path, org/model]
     ---
     apiVersion: v1
     kind: Pod
@@ -348,7 +349,7 @@ BY_HAND = textwrap.dedent(f"""\
       containers:
       - name: sglang
         image: lmsysorg/sglang:v0.5.14
-        command: [python3, -m, sglang.launch_server, --model-path, org/model]
+        command: [python3, -m, dynamo.sglang, --model-path, org/model]
     ---
     apiVersion: v1
     kind: Pod
@@ -357,7 +358,7 @@ BY_HAND = textwrap.dedent(f"""\
       containers:
       - name: sglang
         image: lmsysorg/sglang:v0.5.14
-        command: [sglang, serve, --model-path, org/model]
+        command: [python3, -m, dynamo.sglang, --model-path, org/model]
     """)
 
 
@@ -389,7 +390,7 @@ def test_owners_fallback_restart_cannot_restart_are_never_planned_as_restarted(t
 def _sglang_deployment(name: str, *, replicas: int = 1, gpus: int = 0) -> dict[str, Any]:
 
     container: dict[str, Any] = {"name": "sglang", "image": "lmsysorg/sglang:v0.5.14",
-                                 "command": ["python3", "-m", "sglang.launch_server", "--model-path", "org/model",
+                                 "command": ["python3", "-m", "dynamo.sglang", "--model-path", "org/model",
                                              "--api-key", "sk-attack-sglang-key"]}
     if gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": gpus}, "requests": {"nvidia.com/gpu": gpus}}
@@ -458,7 +459,7 @@ def test_job_with_the_shipped_role_fails_while_sglang_is_warm_then_restarts_it(s
         extra.write_text(_deployment("sg", """\
             - name: sglang
               image: lmsysorg/sglang:v0.5.14
-              command: [python3, -m, sglang.launch_server, --model-path, org/model, --api-key, sk-attack-sglang-key]
+              command: [python3, -m, dynamo.sglang, --model-path, org/model, --api-key, sk-attack-sglang-key]
             """, ns=JOB_NS), encoding="utf-8")
         cluster = sim([DEMO_MANIFEST, extra], namespace=JOB_NS, dev_mode="on")
         before = {p["name"] for p in cluster.live_pods() if p["name"].startswith("sg-")}
@@ -467,7 +468,7 @@ def test_job_with_the_shipped_role_fails_while_sglang_is_warm_then_restarts_it(s
         log = kubectl_logs(cluster, "job/kvreset-clear", "-c", "clear")
         assert job["status"].get("failed") == 1, (job["status"], log)
         rows = _log_rows(log)
-        (sg,) = [r for r in rows if r.get("engine") == "sglang"]
+        (sg,) = [r for r in rows if r.get("engine") == "dynamo-sglang"]
         assert sg["result"] == "left" and sg["pod"] in before, sg
         assert {r["result"] for r in rows if r.get("engine") == "vllm"} == {"emptied"}, log
         _no_secret(log)
@@ -480,7 +481,7 @@ def test_job_with_the_shipped_role_fails_while_sglang_is_warm_then_restarts_it(s
         job = finished(cluster, "kvreset-clear-restart", timeout=240)
         log = kubectl_logs(cluster, "job/kvreset-clear-restart", "-c", "clear")
         rows = _log_rows(log)
-        (sg,) = [r for r in rows if r.get("engine") == "sglang"]
+        (sg,) = [r for r in rows if r.get("engine") == "dynamo-sglang"]
         after = {p["name"] for p in cluster.live_pods() if p["name"].startswith("sg-")}
         assert sg["result"] == "replaced" and sg["pod"] in after - before, (sg, before, after)
         _no_secret(log)

@@ -1,8 +1,8 @@
-"""Inference pods this version cannot empty, beside an ordinary vLLM pod: an SGLang Deployment, a
-Dynamo vLLM worker (``python -m dynamo.vllm``, not ``vllm serve``), a ``trtllm-serve`` pod and the
-LMCache server of vLLM production-stack. ``detect`` lists them; ``clear`` empties the vLLM pod and
-gives each of the others a row ``left`` (exit 1); with ``--fallback restart --yes`` their owners
-are restarted and the run exits 0."""
+"""Inference pods beside an ordinary vLLM pod: an SGLang Deployment (emptied by its own engine), and
+those this version cannot empty: a Dynamo vLLM worker (``python -m dynamo.vllm``, not ``vllm
+serve``), a ``trtllm-serve`` pod and the LMCache server of vLLM production-stack. ``detect`` lists
+them; ``clear`` empties the vLLM and SGLang pods and gives each of the others a row ``left`` (exit
+1); with ``--fallback restart --yes`` their owners are restarted and the run exits 0."""
 
 from __future__ import annotations
 
@@ -59,6 +59,8 @@ MANIFEST = "".join([
 
 OTHERS = {"sglang": ("sglang", 8000), "dynamo-worker": ("dynamo-vllm", None), "trtllm": ("trtllm-serve", 8123),
           "vllm-cache-server": ("lmcache-server", 8100)}
+#: Those still emptied by a restart only (SGLang has an engine of its own: its /flush_cache empties it).
+LEFT = {k: v for k, v in OTHERS.items() if k != "sglang"}
 
 
 @pytest.fixture
@@ -91,32 +93,34 @@ def test_clear_leaves_them_then_restart_empties_them(cluster: SimCluster) -> Non
     assert code == 1, err
     got = _by_owner(rows, "CacheReset")
     assert got["plain-vllm"]["result"] == "emptied"
-    for owner, (engine, port) in OTHERS.items():
+    assert (got["sglang"]["result"], got["sglang"]["engine"], got["sglang"]["port"]) == ("emptied", "sglang", 8000)
+    for owner, (engine, port) in LEFT.items():
         row = got[owner]
         assert (row["result"], row["engine"], row["port"]) == ("left", engine, port), row
         assert row["left"] and row["left"][0]["remedy"].startswith("--fallback restart")
         assert f"kubectl rollout restart deployment/{owner}" in row["left"][0]["remedy"]
-    assert "SGLang is not supported by this version: its cache was not emptied" in got["sglang"]["message"]
     assert ("the lm:// protocol has no delete; restarting deployment/vllm-cache-server empties it"
             in got["vllm-cache-server"]["message"])
 
     code, planned, err = cluster.run_json("clear", "-n", NS, "--all", "--dry-run")
     assert code == 0, err  # a plan earns no failure, as for vLLM pods
     plans = _by_owner(planned, "PlannedReset")
-    assert all(plans[o]["result"] == "left" and plans[o]["steps"] == [] for o in OTHERS)
+    assert all(plans[o]["result"] == "left" and plans[o]["steps"] == [] for o in LEFT)
+    assert plans["sglang"]["steps"] == ["POST /flush_cache"] and plans["sglang"]["engine"] == "sglang", plans["sglang"]
     code, planned, err = cluster.run_json("clear", "-n", NS, "--all", "--dry-run", "--fallback", "restart")
     assert code == 0, err
     plans = _by_owner(planned, "PlannedReset")
-    assert all(plans[o]["steps"] == [f"restart deployment/{o}"] and plans[o]["result"] == "planned" for o in OTHERS)
+    assert all(plans[o]["steps"] == [f"restart deployment/{o}"] and plans[o]["result"] == "planned" for o in LEFT)
 
     before = {p["name"] for p in cluster.live_pods()}
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--fallback", "restart", "--yes", timeout=180)
     assert code == 0, (err, rows)
     got = _by_owner(rows, "CacheReset")
     assert got["plain-vllm"]["result"] == "emptied"
-    assert all(got[o]["result"] == "replaced" and got[o]["steps"] == ["restart"] for o in OTHERS)
+    assert all(got[o]["result"] == "replaced" and got[o]["steps"] == ["restart"] for o in LEFT)
+    assert got["sglang"]["result"] == "emptied"  # its reset worked: nothing to restart
     after = {p["name"]: p for p in cluster.live_pods()}
-    for owner in OTHERS:
+    for owner in LEFT:
         new = [n for n in after if n.startswith(owner + "-") and n not in before]
         assert new and all(after[n]["ready"] for n in new), owner
     assert any(n.startswith("plain-vllm-") for n in after if n in before)  # the vLLM pod was not replaced

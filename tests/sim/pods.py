@@ -70,6 +70,8 @@ from typing import Any
 
 from .fakeinfinistore import FakeInfiniStore, infinistore_manage_port
 from .fakemp import FakeMpServer, mp_http_port
+from .fakesglang import VERSION as SGLANG_VERSION
+from .fakesglang import FakeSGLang, sglang_args
 from .faketoy import FakeToyServer, FakeToyStore, toy_fake
 from .fakevllm import FakeVLLM, Response, dev_mode_state
 from .images import DEFAULT_VERSION, image_entrypoint, image_vllm_version, is_sidecar_image
@@ -88,7 +90,7 @@ __all__ = ["ExecView", "PodContext", "PodRuntime"]
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 
 #: What may answer on a pod's port.
-_PortServer = FakeVLLM | RoutingSidecar | FakeInfiniStore | FakeMpServer | FakeToyServer | FakeToyStore
+_PortServer = FakeVLLM | RoutingSidecar | FakeInfiniStore | FakeMpServer | FakeToyServer | FakeToyStore | FakeSGLang
 
 
 @dataclass
@@ -278,6 +280,16 @@ class PodRuntime(PodTiers):
                 self._env[name] = env
                 self._recorded[name] = argv
                 ports[mp_port] = FakeMpServer.for_pod(mp_port, image, self._cache_overrides(name))
+                return
+            sglang = sglang_args(argv)
+            if sglang is not None:  # an SGLang server (tests/sim/fakesglang.py)
+                self._env[name] = env
+                self._recorded[name] = argv
+                if sglang.port in ports:
+                    self.notes.append(f"port {sglang.port} of {name} already taken")
+                else:
+                    ports[sglang.port] = FakeSGLang(sglang, self._cache_overrides(name),
+                                                    version=str(ctx.overrides.get("sglang_version") or SGLANG_VERSION))
                 return
             if _mentions_vllm(c):
                 self._apply_dev_override(env)

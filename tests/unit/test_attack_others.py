@@ -84,10 +84,6 @@ def test_look_alikes_are_never_other_engines(container: dict[str, Any], vllm: bo
 
 
 @pytest.mark.parametrize(("container", "engine", "port"), [
-    (_c(command=["/bin/sh", "-c", "exec python3 -m sglang.launch_server --port $(PORT)"],
-        env=[{"name": "PORT", "value": "31000"}]), "sglang", 31000),
-    (_c(command=[*SH, "P=32000; python3 -m sglang.launch_server --port $P"]), "sglang", 32000),
-    (_c(command=["/usr/bin/env", "python3", "-m", "sglang.launch_server"]), "sglang", 30000),
     (_c(command=[*SH, "echo starting vllm; exec python3 -m dynamo.vllm --model m"]), "dynamo-vllm", None),
     (_c(command=["trtllm-serve", "serve", "m", "--port=8200"]), "trtllm-serve", 8200),
     (_c(command=["trtllm-serve", "disaggregated_mpi_worker", "-c", "x"]), "trtllm-serve", 8000),
@@ -97,6 +93,19 @@ def test_real_ones_inside_scripts(container: dict[str, Any], engine: str, port: 
     assert _found(_pod(container)) == ([], [("main", engine, port)])
 
 
+@pytest.mark.parametrize(("container", "port"), [
+    (_c(command=["/bin/sh", "-c", "exec python3 -m sglang.launch_server --port $(PORT)"],
+        env=[{"name": "PORT", "value": "31000"}]), 31000),
+    (_c(command=[*SH, "P=32000; python3 -m sglang.launch_server --port $P"]), 32000),
+    (_c(command=["/usr/bin/env", "python3", "-m", "sglang.launch_server"]), 30000),
+])
+def test_sglang_inside_scripts_is_the_sglang_engines(container: dict[str, Any], port: int) -> None:
+    """SGLang servers are discovered by the SGLang engine (kubectl_kvreset/engines/sglang)."""
+    assert _found(_pod(container)) == (["main"], [])
+    (pod,) = describe_pod_containers(_pod(container))
+    assert pod.engine.name == "sglang" and [p.port for p in pod.ports] == [port]
+
+
 def test_router_forms_are_not_engines() -> None:
     assert other_entrypoint(["python3", "-m", "dynamo.frontend"]) is None
     assert other_entrypoint(["trtllm-serve", "disaggregated"]) is None
@@ -104,8 +113,9 @@ def test_router_forms_are_not_engines() -> None:
 
 
 def test_mixed_pod_gives_one_of_each() -> None:
-    pod = _pod(_c("vllm", ["vllm", "serve", "m"]), _c("sglang", ["python3", "-m", "sglang.launch_server"]))
-    assert _found(pod) == (["vllm"], [("sglang", "sglang", 30000)])
+    pod = _pod(_c("vllm", ["vllm", "serve", "m"]), _c("sglang", ["python3", "-m", "sglang.launch_server"]),
+               _c("trt", ["trtllm-serve", "m"]))
+    assert _found(pod) == (["vllm", "sglang"], [("trt", "trtllm-serve", 8000)])
     # an SGLang label never turns the vLLM container into SGLang
     labelled = _pod(_c("modelserver", ["vllm", "serve", "m"]), labels={"llm-d.ai/engine-type": "sglang"})
     assert _found(labelled) == (["modelserver"], [])
@@ -115,7 +125,7 @@ SECRET_ARGS = ["--api-key", "sk-unit-secret-1", "--admin-api-key=sk-unit-secret-
 
 
 def test_secrets_in_arguments_never_reach_rows() -> None:
-    pod = _pod(_c(command=["python3", "-m", "sglang.launch_server", "--port", "8000", *SECRET_ARGS],
+    pod = _pod(_c(command=["python3", "-m", "dynamo.sglang", "--port", "8000", *SECRET_ARGS],
                   env=[{"name": "HF_TOKEN", "value": "hf_unitSecret3"}]))
     (other,) = describe_other_containers(pod, _RS)
     (plan,) = plan_others([other], "restart", shared=False, users={})
@@ -180,7 +190,7 @@ def test_owner_kinds_fallback_restart_refuses_are_left_with_the_restart_by_hand(
 
 
 def test_replaced_row_names_its_successor() -> None:
-    (other,) = describe_other_containers(_pod(_c(command=["sglang", "serve", "--model-path", "m"])), _RS)
+    (other,) = describe_other_containers(_pod(_c(command=["python3", "-m", "dynamo.sglang", "--model-path", "m"])), _RS)
     (plan,) = plan_others([other], "restart", shared=False, users={})
     ok = RestartResult("ns", other.owner, None, "restarted", "rolled out")
     row, code = other_outcome_row(plan, ok, interrupted=False, successor="srv-def34-new")
@@ -197,7 +207,7 @@ def _scope(vllm: list[Any], others: list[Any]) -> Scope:
 
 
 def test_container_flag_with_mixed_pods() -> None:
-    pod = _pod(_c("vllm", ["vllm", "serve", "m"]), _c("sglang", ["python3", "-m", "sglang.launch_server"]))
+    pod = _pod(_c("vllm", ["vllm", "serve", "m"]), _c("sglang", ["python3", "-m", "dynamo.sglang"]))
     vllm = describe_pod_containers(pod)
     others = describe_other_containers(pod, _RS, vllm_containers=[v.container for v in vllm])
     narrowed = narrow_containers(_scope(vllm, others), "vllm")

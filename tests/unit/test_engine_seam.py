@@ -191,10 +191,10 @@ def test_toy_importing_vllm_breaks_independence(tree: Path) -> None:
 
 
 def test_registry() -> None:
-    assert [e.name for e in ENGINES] == ["vllm"]
+    assert [e.name for e in ENGINES] == ["vllm", "sglang"]
     assert isinstance(engine_named("vllm"), VllmEngine) and isinstance(engine_named("vllm"), Engine)
-    with pytest.raises(KeyError, match="no engine named 'sglang'"):
-        engine_named("sglang")
+    with pytest.raises(KeyError, match="no engine named 'toy'"):
+        engine_named("toy")
     assert engine_for({"name": "c", "image": "busybox", "command": ["sleep", "inf"]}, {}) is None
     found = engine_for({"name": "c", "image": "x", "command": ["vllm", "serve", "m", "--port", "8200"]}, {})
     assert found is not None and found[0].name == "vllm" and found[1].api_ports == (8200,)

@@ -57,9 +57,6 @@ def _found(pod: dict[str, Any]) -> list[tuple[str, str, int | None]]:
 
 
 @pytest.mark.parametrize(("words", "engine"), [
-    (["python3", "-m", "sglang.launch_server", "--model-path", "m"], SGLANG),
-    (["python", "-u", "-m", "sglang.launch_server"], SGLANG),
-    (["sglang", "serve", "--model-path", "m"], SGLANG),
     (["/usr/bin/python3", "-m", "dynamo.vllm", "--model", "m"], DYNAMO_VLLM),
     (["python3", "-m", "dynamo.sglang"], DYNAMO_SGLANG),
     (["python3", "-m", "dynamo.trtllm"], DYNAMO_TRTLLM),
@@ -84,6 +81,10 @@ def test_entrypoints(words: list[str], engine: str) -> None:
     ["echo", "python3", "-m", "sglang.launch_server"],
     ["grep", "sglang.launch_server", "/etc/motd"],
     ["sglang", "version"],
+    # SGLang's server is the SGLang engine's (kubectl_kvreset/engines/sglang), not an other engine
+    ["python3", "-m", "sglang.launch_server", "--model-path", "m"],
+    ["python", "-u", "-m", "sglang.launch_server"],
+    ["sglang", "serve", "--model-path", "m"],
 ])
 def test_not_entrypoints(words: list[str]) -> None:
     assert other_entrypoint(words) is None
@@ -94,9 +95,12 @@ def test_ports_and_scripts() -> None:
         "# SGLang on the llm-d port\nset -e\nexec python3 -m sglang.launch_server \\\n"
         "  --model-path $MODEL --port $PORT"],
         env=[{"name": "PORT", "value": "8000"}, {"name": "MODEL", "value": "m"}])
-    assert _found(_pod(sglang)) == [("main", SGLANG, 8000)]
-    assert _found(_pod(_c(command=["python3", "-m", "sglang.launch_server", "--model-path", "m"]))) == [
-        ("main", SGLANG, 30000)]
+    # SGLang servers are the SGLang engine's: discovery's pods, not rows of this module
+    assert _found(_pod(sglang)) == []
+    assert [(d.engine.name, [p.port for p in d.ports]) for d in describe_pod_containers(_pod(sglang))] == [
+        ("sglang", [8000])]
+    plain = _pod(_c(command=["python3", "-m", "sglang.launch_server", "--model-path", "m"]))
+    assert _found(plain) == [] and [[p.port for p in d.ports] for d in describe_pod_containers(plain)] == [[30000]]
     assert _found(_pod(_c(command=["trtllm-serve", "m", "--port=$(P)"], env=[{"name": "P", "value": "8123"}]))) == [
         ("main", TRTLLM, 8123)]
     assert _found(_pod(_c(command=["python3", "-m", "dynamo.vllm", "--model", "m"]))) == [("main", DYNAMO_VLLM, None)]
@@ -163,7 +167,10 @@ _RS = {"srv-abc12": Owner("Deployment", "srv")}
 
 
 def _others() -> list[Any]:
-    return describe_other_containers(_pod(_c(command=["python3", "-m", "sglang.launch_server", "--port", "8000"])), _RS)
+    """An SGLang pod found by its label (its command names no engine the plugin reads)."""
+    server = _c(command=["/opt/start.sh"])
+    server["ports"] = [{"containerPort": 8000}]
+    return describe_other_containers(_pod(server, labels={"llm-d.ai/engine-type": "sglang"}), _RS)
 
 
 def test_plan_and_rows_left_without_fallback() -> None:

@@ -11,8 +11,8 @@ from typing import Any
 from packaging.version import Version
 
 from ...tiers import KVLayout
-from ..base import ConfigReader, Engine, LiveConfig, ResetAnswer, ServeConfig
-from . import api, liveconfig
+from ..base import ConfigReader, Engine, LiveConfig, ResetAnswer, ResetOutcome, ServeConfig
+from . import api, canary, liveconfig
 from .kvconfig import LMCACHE_CONNECTORS, layout_from_serve
 from .servecmd import parse_container
 
@@ -35,6 +35,9 @@ class VllmEngine(Engine):
     live_config_route = ("/server_info", (("config_format", "json"),))
     dev_mode_env = DEV_MODE_ENV
     preempts_running = True
+    routes_from_openapi = True
+    step_codes = (("POST /reset_prefix_cache", "prefix"), ("POST /reset_mm_cache", "mm"),
+                  ("POST /reset_encoder_cache", "encoder"))
 
     def server_config(self, container: Mapping[str, Any], env: Mapping[str, str],
                       config_reader: ConfigReader | None = None) -> ServeConfig | None:
@@ -76,6 +79,30 @@ class VllmEngine(Engine):
         """vLLM's ``success:false`` answers: blocks held by running requests or transfers."""
         return (f"vLLM kept answering success:false for {elapsed_s:.1f}s ({answers} answers; "
                 "blocks held by running requests or transfers)")
+
+    def unconfirmed_text(self, answer: ResetAnswer) -> str:
+        """vLLM's empty 200 (before 0.26)."""
+        return "vLLM < 0.26 answers an empty 200: the reset ran but its result is not known"
+
+    def answer_contradicts(self, version: str | None, outcome: ResetOutcome | None) -> bool:
+        """A ``{"success": ...}`` body from a release before 0.26, or an empty 200 from 0.26 on
+        (vllm PR #46893): the pod runs another build than its template reported."""
+        release = liveconfig.release_version(version)
+        if outcome in (ResetOutcome.CLEARED, ResetOutcome.BUSY):
+            return release is not None and release < api.JSON_RESET_BODY_SINCE
+        if outcome is ResetOutcome.UNCONFIRMED:
+            return release is not None and release >= api.JSON_RESET_BODY_SINCE
+        return False
+
+    def request_counts(self, metrics: str) -> dict[str, tuple[int, int]] | None:
+        """``vllm:num_requests_running`` / ``vllm:num_requests_waiting`` per ``engine`` label
+        (:func:`.canary.cache_counters`; raises its ``MetricsParseError``)."""
+        return {label: (int(c.running or 0), int(c.waiting or 0))
+                for label, c in canary.cache_counters(metrics).items()}
+
+    def counts_engines_by_metrics(self, version: str | None) -> bool:
+        """Not :func:`.api.reset_answers_for_every_engine` on that version."""
+        return not api.reset_answers_for_every_engine(api.parse_version(version))
 
     def read_live_config(self, body: bytes) -> LiveConfig:
         """:func:`.liveconfig.read_server_info`."""

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...shellscript import Shell, ShellScriptError
+from ..k8senv import env_sources, kubernetes_expand, sourced_reason
 from .buildconfig import DEFAULT_MODEL, DEFAULT_MODEL_RELEASE, build_config
 from .entrypoints import (
     DEFAULT_ENTRYPOINTS,
@@ -44,7 +45,6 @@ from .entrypoints import (
 )
 from .flags import BOOLEAN_FLAGS
 from .humannum import expand_human_readable_json, human_readable_int
-from .k8senv import env_sources, kubernetes_expand, sourced_reason
 from .serveconfig import (
     MODEL_REDIRECT_ENV,
     ConfigReader,
@@ -173,7 +173,7 @@ def _with_kubelet_facts(cfg: ServeConfig, notes: Sequence[str], unresolved: Sequ
     """``cfg`` (read from the expanded argv) with what the kubelet's expansion found first: its
     ``notes`` before the argv's, its ``unresolved`` names and ``k8s_unevaluated`` references
     merged in, every reason naming the ConfigMap or Secret a variable comes from (``sources``,
-    :func:`~kubectl_kvreset.engines.vllm.k8senv.env_sources`), and the engine and model facts
+    :func:`~kubectl_kvreset.engines.k8senv.env_sources`), and the engine and model facts
     read again over the merged constructs."""
     merged_unresolved = tuple(dict.fromkeys([*unresolved, *cfg.unresolved_vars]))
     # a $(NAME) the kubelet leaves as written and the shell then reads (``$(hostname)``) is

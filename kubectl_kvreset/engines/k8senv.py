@@ -1,4 +1,4 @@
-"""What the kubelet does to a container's command before vLLM reads it, and what the spec does not hold.
+"""What the kubelet does to a container's command before a server reads it, and what the spec does not hold.
 
 Kubernetes' ``$(VAR)`` expansion of ``command``/``args`` (:func:`kubernetes_expand`); where the
 kubelet takes the variables the spec does not write literally (``valueFrom``, ``envFrom``:

@@ -1,0 +1,227 @@
+"""Read an SGLang server command line, as a pod spec writes it, into a :class:`SglangConfig`.
+
+Pure: no I/O. What starts SGLang's HTTP server (sglang ``python/sglang/launch_server.py``,
+``python/sglang/cli/serve.py``): ``python3 [-u] -m sglang.launch_server ARGS`` and ``sglang serve
+ARGS``, directly or in a ``bash -c`` script (read by :class:`~kubectl_kvreset.shellscript.Shell`,
+after the kubelet's ``$(VAR)`` expansion, :func:`~kubectl_kvreset.engines.k8senv.kubernetes_expand`).
+The flags (sglang ``python/sglang/srt/server_args.py``, ``ServerArgs.add_cli_args``): ``--port``
+(default 30000), ``--host``, ``--model-path``/``--model``, ``--served-model-name``,
+``--dp-size``/``--dp``/``--data-parallel-size``, ``--api-key``, ``--admin-api-key``,
+``--enable-hierarchical-cache``, ``--hicache-storage-backend``, ``--enable-cache-report``,
+``--enable-metrics``, ``--ssl-certfile``/``--ssl-keyfile``. argparse reads ``_`` and ``-`` alike
+only where sglang declares both; both spellings are accepted here, and the last occurrence wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...redact import redact_argv
+from ...shellscript import Shell, ShellScriptError
+from ..argv import python_module
+from ..base import ServeConfig, ServerCommandError
+from ..k8senv import env_sources, kubernetes_expand, sourced_reason
+
+__all__ = ["DEFAULT_PORT", "KeySource", "SglangConfig", "parse_container", "sglang_entrypoint"]
+
+#: ``--port``'s default (``ServerArgs.port``).
+DEFAULT_PORT = 30000
+
+#: Flags that take no value (store_true) among those read here and the common ones around them.
+_BOOLEAN = frozenset({
+    "enable-hierarchical-cache", "enable-cache-report", "enable-metrics", "trust-remote-code",
+    "disable-radix-cache", "disable-cuda-graph", "enable-dp-attention", "skip-server-warmup",
+    "enable-torch-compile", "disable-overlap-schedule", "enable-mixed-chunk", "log-requests",
+    "enable-lmcache", "enable-p2p-check", "disable-custom-all-reduce", "enable-dp-lm-head",
+})
+
+_ALIASES = {"model": "model-path", "dp": "dp-size", "data-parallel-size": "dp-size",
+            "tp": "tp-size", "tensor-parallel-size": "tp-size"}
+
+
+@dataclass(frozen=True)
+class KeySource:
+    """Where one API key of the server comes from: ``flag`` (``--api-key`` or
+    ``--admin-api-key``), its ``value`` when the spec holds it (literal or through a literal env
+    entry; never shown: ``repr`` omits it), else ``secret`` ``(name, key)`` of the Secret an env
+    ``valueFrom.secretKeyRef`` names, read with the user's rights at reset time, and ``unread``:
+    why the value is not known (a ConfigMap, an ``envFrom`` source, a command substitution)."""
+
+    flag: str
+    value: str | None = field(default=None, repr=False)
+    secret: tuple[str, str] | None = None
+    unread: str | None = None
+
+
+@dataclass(frozen=True)
+class SglangConfig(ServeConfig):
+    """:class:`~kubectl_kvreset.engines.base.ServeConfig` with SGLang's own facts.
+
+    Attributes:
+        host: ``--host`` (default ``127.0.0.1``: a server bound there answers only inside the pod).
+        dp_size: ``--dp-size`` (1 without data parallelism); ``/flush_cache`` answers with the
+            first rank's reply only (``managers/tokenizer_control_mixin.py``; sglang issue #39562).
+        hierarchical_cache: ``--enable-hierarchical-cache`` (the HiCache host tier).
+        storage_backend: ``--hicache-storage-backend`` (``file``, ``mooncake``, ``hf3fs``, ``nixl``...), or None.
+        cache_report: ``--enable-cache-report`` (``meta_info.cached_tokens`` in answers).
+        metrics: ``--enable-metrics`` (``/metrics``).
+        api_key: the ``--api-key`` source, or None.
+        admin_key: the ``--admin-api-key`` source, or None.
+    """
+
+    host: str = "127.0.0.1"
+    dp_size: int = 1
+    hierarchical_cache: bool = False
+    storage_backend: str | None = None
+    cache_report: bool = False
+    metrics: bool = False
+    api_key: KeySource | None = None
+    admin_key: KeySource | None = None
+
+    @property
+    def reset_key(self) -> KeySource | None:
+        """The key ``/flush_cache`` asks for (ADMIN_OPTIONAL, sglang ``srt/utils/auth.py``): the
+        admin key when ``--admin-api-key`` is set, else the API key, else None (open)."""
+        return self.admin_key or self.api_key
+
+
+def sglang_entrypoint(words: Sequence[str]) -> tuple[str, int] | None:
+    """``(entrypoint, index of its first argument)`` when ``words`` start SGLang's HTTP server:
+    ``python3 [-u] -m sglang.launch_server`` -> ``("sglang.launch_server", k)``, ``sglang serve``
+    -> ``("sglang serve", 2)``; else None (``python -m sglang_router.launch_router`` is a router)."""
+    if not words:
+        return None
+    if words[0].rsplit("/", 1)[-1] == "sglang":
+        return ("sglang serve", 2) if len(words) > 1 and words[1] == "serve" else None
+    run = python_module(words)
+    if run is not None and run[0] == "sglang.launch_server":
+        return "sglang.launch_server", run[1]
+    return None
+
+
+def _starts_vllm(words: Sequence[str]) -> bool:
+    """``vllm serve`` / ``python -m vllm.entrypoints...``: a vLLM server command (its words only;
+    the vLLM engine reads it)."""
+    if not words:
+        return False
+    if words[0].rsplit("/", 1)[-1] == "vllm":
+        return len(words) > 1 and words[1] == "serve"
+    run = python_module(words)
+    return run is not None and run[0].startswith("vllm.entrypoints.")
+
+
+def _flags(args: Sequence[str]) -> dict[str, str | None]:
+    """``--name[=value]`` / ``--name value`` -> name (``_`` read as ``-``, aliases folded) ->
+    the last value (None for a boolean flag)."""
+    out: dict[str, str | None] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if not arg.startswith("--") or arg == "--":
+            continue
+        key, eq, value = arg[2:].partition("=")
+        name = key.replace("_", "-")
+        name = _ALIASES.get(name, name)
+        if eq:
+            out[name] = value
+        elif name in _BOOLEAN:
+            out[name] = None
+        elif i < len(args) and not args[i].startswith("--"):
+            out[name] = args[i]
+            i += 1
+        else:
+            out[name] = None
+    return out
+
+
+def _int_flag(flags: Mapping[str, str | None], name: str, default: int) -> int:
+    raw = flags.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ServerCommandError(f"SGLang's --{name} {raw!r} is not an integer") from None
+
+
+def _key_source(flag: str, value: str | None, container: Mapping[str, Any],
+                sources: Mapping[str, str]) -> KeySource | None:
+    """The :class:`KeySource` of ``flag`` whose value after expansion is ``value``: a ``$(VAR)`` /
+    ``$VAR`` left unexpanded names its Secret when an env entry says so."""
+    if value is None:
+        return None
+    if not value.startswith("$"):
+        return KeySource(flag, value=value)
+    literal = value
+    name = literal.strip("$(){}")
+    for entry in container.get("env") or []:
+        ref = ((entry.get("valueFrom") or {}).get("secretKeyRef") or {}) if entry.get("name") == name else {}
+        if ref.get("name") and ref.get("key"):
+            return KeySource(flag, secret=(str(ref["name"]), str(ref["key"])))
+    return KeySource(flag, unread=sourced_reason(literal, f"{literal} is not known from the pod spec", sources))
+
+
+def _also_vllm(words: list[str], env: Mapping[str, str], sources: Mapping[str, str]) -> bool:
+    """Whether the same command also starts a vLLM server (a script whose SGLang command sits in a
+    branch, an ``echo`` or a comment around ``vllm serve``): such a container stays vLLM's, as it
+    was before SGLang had an engine, rather than being refused as a script of two engines."""
+    shell = Shell(env, wanted=_starts_vllm, external=frozenset(n for n in sources if n != "*"))
+    try:
+        return shell.run_words(list(words)) is not None
+    except (ShellScriptError, RecursionError):
+        return False
+
+
+def parse_container(container: Mapping[str, Any], env: Mapping[str, str]) -> SglangConfig | None:
+    """The :class:`SglangConfig` of one pod-spec container, or None when it does not start
+    SGLang's server (a container without ``command`` runs its ``args`` as the command: SGLang's
+    images have no entrypoint of their own).
+
+    Raises:
+        ServerCommandError: an unreadable script or a non-integer ``--port``/``--dp-size``.
+    """
+    unresolved: list[str] = []
+    unevaluated: list[tuple[str, str]] = []
+    words = [kubernetes_expand(str(w), env, unresolved, unevaluated)
+             for w in (container.get("command") or []) + (container.get("args") or [])]
+    if not words:
+        return None
+    sources = env_sources(container)
+    shell = Shell(env, wanted=lambda w: sglang_entrypoint(w) is not None,
+                  external=frozenset(n for n in sources if n != "*"))
+    try:
+        found = shell.run_words(words)
+    except RecursionError as exc:
+        raise ServerCommandError("command line too deeply nested to read") from exc
+    except ShellScriptError as exc:
+        raise ServerCommandError(str(exc)) from exc
+    if found is None or _also_vllm(words, env, sources):
+        return None
+    argv, cmd_env = found
+    entry = sglang_entrypoint(argv)
+    if entry is None:  # pragma: no cover - run_words only returns wanted commands
+        return None
+    entrypoint, first = entry
+    args = list(argv[first:])
+    flags = _flags(args)
+    port = _int_flag(flags, "port", DEFAULT_PORT)
+    dp_size = _int_flag(flags, "dp-size", 1)
+    unevaluated.extend(shell.unevaluated)
+    return SglangConfig(
+        argv=tuple(redact_argv(list(argv))), entrypoint=entrypoint, model=flags.get("model-path"),
+        served_model_name=flags.get("served-model-name"), api_ports=(port,),
+        scheme="https" if flags.get("ssl-certfile") or flags.get("ssl-keyfile") else "http",
+        kv_transfer_config=None, kv_offloading_size_gib=None, kv_offloading_backend=None,
+        data_parallel_size_local=None, config_file=None,
+        unresolved_vars=tuple(dict.fromkeys([*unresolved, *shell.unresolved])), notes=tuple(shell.notes),
+        env=dict(cmd_env), unevaluated=tuple(dict.fromkeys(unevaluated)),
+        host=flags.get("host") or "127.0.0.1", dp_size=dp_size,
+        hierarchical_cache="enable-hierarchical-cache" in flags,
+        storage_backend=flags.get("hicache-storage-backend") if "enable-hierarchical-cache" in flags else None,
+        cache_report="enable-cache-report" in flags, metrics="enable-metrics" in flags,
+        api_key=_key_source("--api-key", flags.get("api-key"), container, sources),
+        admin_key=_key_source("--admin-api-key", flags.get("admin-api-key"), container, sources),
+    )

@@ -1,0 +1,164 @@
+"""SGLang servers as the built CLI sees them in the simulator (tests/sim/fakesglang.py): ``detect``
+lists them with engine ``sglang``, role, port and tiers; ``clear`` sends ``POST
+/flush_cache?timeout=<--busy-timeout>`` and empties the radix cache; a busy server is waited for
+within the busy timeout; an admin key taken from a Secret is sent and never printed (``-v 9``);
+with ``--dp-size 2`` a 200 is never ``emptied``; a HiCache storage tier is ``left``."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.manifests import build
+from tests.simctl import SimCluster
+
+NS = "sg"
+ADMIN_KEY = "sk-sglang-admin-e2e-4417"
+
+
+def _container(args: list[str], env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": "modelserver", "image": "lmsysorg/sglang:v0.5.23",
+                         "command": ["python3", "-m", "sglang.launch_server"],
+                         "args": ["--model-path", "org/model", "--host", "0.0.0.0", *args]}
+    if env:
+        c["env"] = env
+    return c
+
+
+def _write(tmp_path: Path, objs: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "sglang.yaml"
+    path.write_text(yaml.safe_dump_all(objs), encoding="utf-8")
+    return path
+
+
+def _sglang_ports(cluster: SimCluster) -> dict[str, dict[str, Any]]:
+    """Pod name -> the fake SGLang snapshot of its first SGLang port."""
+    out = {}
+    for pod in cluster.live_pods():
+        for snap in pod.get("ports", {}).values():
+            if snap.get("role") == "sglang":
+                out[pod["name"]] = snap
+    return out
+
+
+def _rows(rows: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [r for r in rows if r["kind"] == kind]
+
+
+def test_detect_and_clear(sim: Any, tmp_path: Path) -> None:
+    pod_labels = {"app": "sgl", "llm-d.ai/engine-type": "sglang", "llm-d.ai/role": "decode"}
+    dep = build.deployment("sgl", [_container(["--port", "8000", "--enable-metrics", "--enable-cache-report"])],
+                           namespace=NS, labels={"app": "sgl"}, pod_labels=pod_labels)
+    cluster = sim([_write(tmp_path, [dep])], namespace=NS)
+    code, rows, err = cluster.run_json("detect", "-n", NS)
+    assert code == 0, err
+    (row,) = _rows(rows, "VllmPod")
+    assert (row["engine"], row["ports"], row["role"]) == ("sglang", [8000], "decode"), row
+    assert row["tiers"] == ["gpu"], row
+    assert all(s["cached_tokens"] > 0 for s in _sglang_ports(cluster).values())
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--busy-timeout", "7")
+    assert code == 0, (err, rows)
+    (row,) = _rows(rows, "CacheReset")
+    assert (row["engine"], row["result"]) == ("sglang", "emptied"), row
+    (snap,) = _sglang_ports(cluster).values()
+    assert snap["cached_tokens"] == 0 and snap["flush_queries"] == ["timeout=7"], snap
+
+
+def test_busy_is_waited_for_then_emptied(sim: Any, tmp_path: Path) -> None:
+    dep = build.deployment("sgl", [_container(["--port", "30000"])], namespace=NS)
+    scenario = {"pods": [{"match": {"owner": "deployment/sgl"}, "busy_seconds": 1.5}]}
+    cluster = sim([_write(tmp_path, [dep])], namespace=NS, scenario=scenario)
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--busy-timeout", "6")
+    assert code == 0, (err, rows)
+    (row,) = _rows(rows, "CacheReset")
+    assert row["result"] == "emptied", row
+    assert list(_sglang_ports(cluster).values())[0]["cached_tokens"] == 0
+
+
+def test_busy_past_the_timeout_is_not_emptied(sim: Any, tmp_path: Path) -> None:
+    dep = build.deployment("sgl", [_container(["--port", "30000"])], namespace=NS)
+    scenario = {"pods": [{"match": {"owner": "deployment/sgl"}, "busy_seconds": 60}]}
+    cluster = sim([_write(tmp_path, [dep])], namespace=NS, scenario=scenario)
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--busy-timeout", "1")
+    assert code == 1, (err, rows)
+    (row,) = _rows(rows, "CacheReset")
+    assert row["result"] != "emptied" and "busy" in json.dumps(row).lower(), row
+    assert list(_sglang_ports(cluster).values())[0]["cached_tokens"] > 0
+
+
+def test_admin_key_from_a_secret_is_sent_and_never_shown(sim: Any, tmp_path: Path) -> None:
+    env = [{"name": "ADMIN_KEY", "valueFrom": {"secretKeyRef": {"name": "sg-keys", "key": "admin"}}}]
+    dep = build.deployment("sgl", [_container(["--port", "30000", "--admin-api-key", "$(ADMIN_KEY)"], env)],
+                           namespace=NS)
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sg-keys", "namespace": NS},
+              "type": "Opaque", "data": {"admin": base64.b64encode(ADMIN_KEY.encode()).decode()}}
+    cluster = sim([_write(tmp_path, [secret, dep])], namespace=NS)
+    done = cluster.run("clear", "-n", NS, "--all", "-v", "9", "-o", "json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(done.stdout)
+    (row,) = _rows(rows, "CacheReset")
+    assert row["result"] == "emptied", row
+    assert ADMIN_KEY not in done.stdout and ADMIN_KEY not in done.stderr
+    assert ADMIN_KEY[-8:] not in done.stdout + done.stderr
+    (snap,) = _sglang_ports(cluster).values()
+    assert snap["auth_seen"] == ["ok"] and snap["cached_tokens"] == 0
+    for fmt in ("wide", "yaml"):
+        again = cluster.run("detect", "-n", NS, "-v", "9", "-o", fmt)
+        assert again.returncode == 0 and ADMIN_KEY not in again.stdout + again.stderr
+
+
+def test_missing_key_names_the_flag(sim: Any, tmp_path: Path) -> None:
+    env = [{"name": "ADMIN_KEY", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "admin"}}}]
+    dep = build.deployment("sgl", [_container(["--port", "30000", "--admin-api-key", "$(ADMIN_KEY)"], env)],
+                           namespace=NS)
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "absent", "namespace": NS},
+              "type": "Opaque", "data": {"other": base64.b64encode(b"x").decode()}}
+    cluster = sim([_write(tmp_path, [secret, dep])], namespace=NS)
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
+    assert code == 1, (err, rows)
+    (row,) = _rows(rows, "CacheReset")
+    assert row["result"] != "emptied" and "--admin-api-key" in json.dumps(row), row
+
+
+def test_dp_rank_busy_is_never_emptied(sim: Any, tmp_path: Path) -> None:
+    dep = build.deployment("sgl", [_container(["--port", "30000", "--dp-size", "2"])], namespace=NS)
+    scenario = {"pods": [{"match": {"owner": "deployment/sgl"}, "busy_ranks": {1: 60}}]}
+    cluster = sim([_write(tmp_path, [dep])], namespace=NS, scenario=scenario)
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--busy-timeout", "1")
+    (row,) = _rows(rows, "CacheReset")
+    assert row["result"] == "unconfirmed" and code == 3, (code, row)
+    assert "first rank" in json.dumps(row), row
+    (snap,) = _sglang_ports(cluster).values()
+    assert snap["radix_tokens"][0] == 0 and snap["radix_tokens"][1] > 0
+
+
+def test_hicache_storage_tier_is_left(sim: Any, tmp_path: Path) -> None:
+    dep = build.deployment("sgl", [_container(["--port", "30000", "--enable-hierarchical-cache",
+                                               "--hicache-storage-backend", "file"])], namespace=NS)
+    cluster = sim([_write(tmp_path, [dep])], namespace=NS)
+    code, rows, err = cluster.run_json("detect", "-n", NS)
+    assert code == 0, err
+    (row,) = _rows(rows, "VllmPod")
+    assert row["tiers"] == ["gpu", "cpu", "shared"], row
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
+    (row,) = _rows(rows, "CacheReset")
+    text = json.dumps(row)
+    assert row["result"] != "emptied" and "/hicache/storage-backend/clear" in text, row
+    (snap,) = _sglang_ports(cluster).values()
+    assert snap["cached_tokens"] == 0 and snap["host_tokens"] == [0] and snap["storage_tokens"][0] > 0
+
+
+def test_wait_idle_reads_sglang_gauges(sim: Any, tmp_path: Path) -> None:
+    dep = build.deployment("sgl", [_container(["--port", "30000", "--enable-metrics"])], namespace=NS)
+    scenario = {"pods": [{"match": {"owner": "deployment/sgl"}, "busy_seconds": 1.5}]}
+    cluster = sim([_write(tmp_path, [dep])], namespace=NS, scenario=scenario)
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--wait-idle", "20", "--busy-timeout", "0")
+    assert code == 0, (err, rows)
+    (row,) = _rows(rows, "CacheReset")
+    assert row["result"] == "emptied" and "still busy" not in err, (row, err)
+    (snap,) = _sglang_ports(cluster).values()
+    assert snap["flush_queries"] == ["timeout=0"], snap  # idle by then: the first flush needed no wait
