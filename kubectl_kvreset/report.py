@@ -153,7 +153,7 @@ def summary_line(rows: Sequence[Mapping[str, Any]], code: int) -> str:
 
 #: Results of a row that earn no exit code above 0.
 _FINE = frozenset({"emptied", "read", "enabled", "disabled", "unchanged", "restarted", "planned", "skipped", "ok",
-                   "would enable", "would disable", "cleared", "dry-run", "nothing to do"})
+                   "replaced", "would enable", "would disable", "cleared", "dry-run", "nothing to do"})
 
 
 def exit_reason(rows: Sequence[Mapping[str, Any]], code: int) -> str:

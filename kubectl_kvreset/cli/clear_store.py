@@ -34,8 +34,9 @@ def shared_option(func: Any) -> Any:
              "the same model shares, and store-wide clears (Mooncake remove_all) of a store any "
              "untargeted pod (or an unlistable namespace) may use; for clear, also reset_external=true on "
              "MooncakeStoreConnector and LMCacheMPConnector pods, whose reset empties their whole Mooncake "
-             "store or MP server L1, and a target model's FS-tier directories on a volume where pods "
-             "outside the targets serve the same model.")(func)
+             "store or MP server L1, a target model's FS-tier directories on a volume where pods "
+             "outside the targets serve the same model, and with --fallback restart the restart of an "
+             "LMCache server (lm://) that engines use.")(func)
 
 
 def force_mp_option(func: Any) -> Any:

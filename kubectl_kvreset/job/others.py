@@ -2,8 +2,9 @@
 gets a row ``left`` with the reason and the restart that would empty it, and with
 ``--fallback restart`` its owner is restarted under the same consent and prompt rules as vLLM
 pods. The LMCache server (``lm://``) is a store every engine of its release uses: its restart
-empties it for all of them, so it needs the consent rule of the shared stores
-(:func:`kubectl_kvreset.consent.hold`, :data:`~kubectl_kvreset.consent.SHARED_FLAG`).
+empties it for all of them and cuts each one's connection to it while it restarts, so it needs
+:data:`~kubectl_kvreset.consent.SHARED_FLAG` whenever an engine is known to use it, targeted or not
+(:func:`kubectl_kvreset.consent.hold` says which users outside the targets it reaches).
 
 Pure apart from the types it reads: the plan is built from the scope, the store calls and the
 options; the rows from the plan and the restart results.
@@ -12,7 +13,7 @@ options; the rows from the plan and the restart results.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..consent import SHARED_FLAG, User, hold, unlisted_user
 from ..otherpods import OtherPod, unsupported_reason
@@ -23,7 +24,7 @@ from ..stores.calls import StoreCall
 from ..stores.config import StoreKind
 
 __all__ = ["OtherKey", "OtherPlan", "leads_to", "other_key", "other_outcome_row", "other_plan_row", "other_skipped_row",
-           "other_users", "plan_others"]
+           "other_users", "plan_others", "store_calls_named", "targeted_users"]
 
 #: ``(namespace, pod, container)`` of an :class:`~kubectl_kvreset.otherpods.OtherPod`.
 OtherKey = tuple[str, str, str]
@@ -111,21 +112,52 @@ def other_users(pod: OtherPod, universe: Sequence[VllmPod], targeted: Sequence[V
     return tuple(dict.fromkeys(users))
 
 
+def targeted_users(pod: OtherPod, targeted: Sequence[VllmPod], calls: Sequence[StoreCall]) -> tuple[str, ...]:
+    """The targeted engines (``ns/pod``) that use the LMCache server ``pod`` (empty for another
+    engine): the targeted users of each ``lm://`` store of the store plan whose address leads to
+    this pod, else, where none leads here, every targeted vLLM pod whose configuration names an
+    ``lm://`` store (it may be this one)."""
+    if not pod.shared:
+        return ()
+    mine = leads_to(pod, calls)
+    if mine:
+        names = [f"{u.pod.namespace}/{u.pod.name}" for c in mine for u in c.store.users if u.targeted]
+    else:
+        names = [f"{p.namespace}/{p.name}" for p in targeted
+                 if any(t.store == StoreKind.LMCACHE_SERVER.value for t in p.layout.tiers)]
+    return tuple(dict.fromkeys(names))
+
+
+def _held(pod: OtherPod, users: tuple[User, ...], targeted: tuple[str, ...], shared: bool) -> str | None:
+    """Why the restart of the LMCache server ``pod`` waits for :data:`SHARED_FLAG`, or None: engines
+    outside the targets use it (the consent rule), or targeted engines do (its restart empties the
+    store for each of them and cuts their connections to it: a store-wide effect asked for by name)."""
+    got = hold(users, given=shared)
+    if got is not None:
+        names = ", ".join(u.shown() for u in got.users)
+        return (f"restarting {pod.owner.ref()} empties the LMCache server for every engine that uses it, and "
+                f"engines outside the targets use it ({names}): give {SHARED_FLAG} to restart it anyway")
+    if targeted and not shared:
+        return (f"restarting {pod.owner.ref()} empties the LMCache server for every engine that uses it "
+                f"({', '.join(targeted)}) and cuts their connections to it while it restarts: give {SHARED_FLAG} "
+                "to restart it")
+    return None
+
+
 def plan_others(pods: Sequence[OtherPod], fallback: str, *, shared: bool,
-                users: Mapping[OtherKey, tuple[User, ...]]) -> list[OtherPlan]:
+                users: Mapping[OtherKey, tuple[User, ...]],
+                targeted: Mapping[OtherKey, tuple[str, ...]] | None = None) -> list[OtherPlan]:
     """One :class:`OtherPlan` per pod: the restart of its owner with ``fallback == "restart"``,
-    held for the LMCache server while engines outside the targets use it (``users``, from
-    :func:`other_users`) and ``shared`` (``--shared-stores``) is not given."""
+    held for the LMCache server unless ``shared`` (``--shared-stores``) while engines use it:
+    outside the targets (``users``, from :func:`other_users`) or among them (``targeted``, from
+    :func:`targeted_users`)."""
     plans: list[OtherPlan] = []
     for pod in pods:
         reason = unsupported_reason(pod)
         manual = _manual(pod.owner)
-        held: str | None = None
-        got = hold(users.get(other_key(pod), ()), given=shared) if pod.shared else None
-        if got is not None:
-            names = ", ".join(u.shown() for u in got.users)
-            held = (f"restarting {pod.owner.ref()} empties the LMCache server for every engine that uses it, and "
-                    f"engines outside the targets use it ({names}): give {SHARED_FLAG} to restart it anyway")
+        key = other_key(pod)
+        held = _held(pod, users.get(key, ()), (targeted or {}).get(key, ()), shared) if pod.shared else None
+        if held is not None:
             remedy = f"--fallback restart {SHARED_FLAG}" + (f", or {manual}" if manual else "")
         else:
             remedy = "--fallback restart" + (f", or {manual}" if manual else "")
@@ -135,6 +167,23 @@ def plan_others(pods: Sequence[OtherPod], fallback: str, *, shared: bool,
         plans.append(OtherPlan(pod, fallback == "restart" and held is None and not by_hand, reason, remedy, held,
                                by_hand))
     return plans
+
+
+def store_calls_named(calls: Sequence[StoreCall], plans: Sequence[OtherPlan]) -> tuple[StoreCall, ...]:
+    """``calls`` with each ``lm://`` store whose address leads to a targeted LMCache server's pod
+    saying, as its ``StoreClear`` row's message, what empties it: ``the lm:// protocol has no
+    delete; restart deployment/NAME empties it (for every engine that uses it; to do it: REMEDY)``
+    (the remedy of its :class:`OtherPlan`: ``--fallback restart --shared-stores`` where its
+    restart needs that consent). Other calls are returned as they are."""
+    out: list[StoreCall] = []
+    for call in calls:
+        mine = [p for p in plans if p.pod.shared and leads_to(p.pod, [call])]
+        if call.store.kind is StoreKind.LMCACHE_SERVER and call.blocked and mine:
+            owners = ", ".join(dict.fromkeys(p.pod.owner.ref() for p in mine))
+            call = replace(call, blocked=(f"the lm:// protocol has no delete; restart {owners} empties it (for every "
+                                          f"engine that uses it; to do it: {mine[0].remedy})"))
+        out.append(call)
+    return tuple(out)
 
 
 def needs_restart(plans: Sequence[OtherPlan]) -> bool:

@@ -40,7 +40,7 @@ from ..pool import NOT_RUN, Cancel, NotRun
 from ..rollout import dev_mode_changes, pod_dev_modes, source_lookup
 from ..stores.calls import SHARED_FLAG, StoreCall
 from ..tiers import KVLayout, Tier, TierKind
-from .others import OtherKey, OtherPlan, leads_to, needs_restart, other_key, other_users, plan_others
+from .others import OtherKey, OtherPlan, leads_to, needs_restart, other_key, other_users, plan_others, targeted_users
 from .probes import Probe, apply_probe, probe_pods
 from .resetconsent import ResetHold, reset_holds
 from .scope import Scope
@@ -236,6 +236,8 @@ class Plan:
     reset_keys: dict[ContainerKey, dict[str, str]] = field(default_factory=dict, repr=False)
     """Per server container: the reset credentials read from Secrets (flag -> value; never shown,
     :func:`kubectl_kvreset.job.resetkeys.read_reset_keys`)."""
+    other_targeted: dict[OtherKey, tuple[str, ...]] = field(default_factory=dict)
+    """Per LMCache server among them, the targeted engines (``ns/pod``) that use it; kept by :func:`replan`."""
 
     def devmode_notes(self) -> list[str]:
         """One line per replaced or overridden value of an owner whose dev-mode step is planned
@@ -298,11 +300,12 @@ def plan(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None,
     held = dict(holds)
     wide, unlisted = lmcache_server_universe(scope, store_calls)
     users = {other_key(o): other_users(o, wide, scope.pods, store_calls, unlisted) for o in scope.others}
+    mine = {other_key(o): targeted_users(o, scope.pods, store_calls) for o in scope.others}
     return Plan(scope, options, build_plans(list(scope.pods), probed, options.fallback, options.preempt_running,
                                             dev_modes, held),
                 probed, fallback_chosen, devmode_changes={k: v for k, v in changes.items() if v}, dev_modes=dev_modes,
                 holds=held, others=plan_others(scope.others, options.fallback, shared=options.shared_stores,
-                                               users=users), other_users=users)
+                                               users=users, targeted=mine), other_users=users, other_targeted=mine)
 
 
 def lmcache_server_universe(scope: Scope, store_calls: Sequence[StoreCall]) -> tuple[list[VllmPod], list[str]]:
@@ -346,8 +349,9 @@ def replan(old: Plan, fallback: str) -> Plan:
                                                 options.preempt_running, old.dev_modes, old.holds), old.probed,
                 fallback, devmode_changes=dict(old.devmode_changes), dev_modes=dict(old.dev_modes),
                 holds=dict(old.holds),
-                others=plan_others(old.scope.others, fallback, shared=options.shared_stores, users=old.other_users),
-                other_users=dict(old.other_users), reset_keys=old.reset_keys)
+                others=plan_others(old.scope.others, fallback, shared=options.shared_stores, users=old.other_users,
+                                   targeted=old.other_targeted),
+                other_users=dict(old.other_users), other_targeted=dict(old.other_targeted), reset_keys=old.reset_keys)
 
 
 def engine_effects(pod: VllmPod, version: Version | None) -> tuple[TierEffect, ...]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from ..pool import Cancel
 from ..report import ExitCode, Report
 from .execute import Events, preview_fs, run
+from .others import store_calls_named
 from .outcome import Outcome, plan_report, with_lmcache_clears, with_store_results
 from .planning import ClearOptions, Plan, plan, replan
 from .resetconsent import reset_holds, reset_reaches
@@ -125,6 +126,7 @@ def prepare(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None
     holds = reset_holds(scope.pods, stores.calls, stores.unknown, shared=options.shared_stores)
     the_plan = plan(scope, options, cancel=cancel, fallback_chosen=fallback_chosen, holds=holds,
                     store_calls=stores.calls)
+    stores = replace(stores, calls=store_calls_named(stores.calls, the_plan.others))
     notes = [n for n in stores.notes if n.startswith(("note:", "error:"))]
     the_plan.reset_keys, key_notes = read_reset_keys(scope.kube, [p.pod for p in the_plan.pods])
     notes += key_notes

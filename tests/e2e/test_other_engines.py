@@ -152,9 +152,9 @@ SHARED = "".join([
 
 
 def test_lmcache_server_restart_needs_consent(tmp_path: Any) -> None:
-    """The LMCache server is a store its engines share: restarting it for a run that does not
-    target them needs --shared-stores; targeting them too, the restart goes ahead and the store's
-    row says the restart emptied it."""
+    """The LMCache server is a store its engines share: restarting it needs --shared-stores while
+    an engine uses it, whether the run targets that engine or not; with it, the restart goes ahead
+    and the store's row says the restart emptied it."""
     require_sandbox()
     path = tmp_path / "shared.yaml"
     path.write_text(SHARED, encoding="utf-8")
@@ -168,7 +168,8 @@ def test_lmcache_server_restart_needs_consent(tmp_path: Any) -> None:
         assert row["left"][0]["remedy"].startswith("--fallback restart --shared-stores")
         assert {p["name"] for p in cluster.live_pods()} == before  # nothing restarted
 
-        code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--fallback", "restart", "--yes", timeout=180)
+        code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--fallback", "restart", "--shared-stores",
+                                           "--yes", timeout=180)
         got = _by_owner(rows, "CacheReset")
         assert got["cache"]["result"] == "replaced", (err, rows)
         (store,) = [r for r in rows if r["kind"] == "StoreClear" and r["store"] == "lmcache-server"]

@@ -213,6 +213,22 @@ def test_lmcache_server_restart_needs_consent() -> None:
     assert alone.restart
 
 
+def test_lmcache_server_restart_needs_consent_when_targeted_engines_use_it() -> None:
+    """Every engine using it is a target: its restart still empties the store for each of them and
+    cuts their connections, so it waits for --shared-stores, naming them."""
+    (server,) = describe_other_containers(_pod(_c(command=["lmcache_server", "0.0.0.0", "8100"]), name="cache-1"), _RS)
+    mine = {other_key(server): ("ns/engine-0", "ns/engine-1")}
+    (held,) = plan_others([server], "restart", shared=False, users={}, targeted=mine)
+    assert not held.restart and held.held is not None
+    assert "(ns/engine-0, ns/engine-1)" in held.held and held.held.endswith("give --shared-stores to restart it")
+    assert held.remedy.startswith("--fallback restart --shared-stores")
+    (given,) = plan_others([server], "restart", shared=True, users={}, targeted=mine)
+    assert given.restart and given.held is None
+    (other,) = describe_other_containers(_pod(_c(command=["trtllm-serve", "m"]), name="t-1"), _RS)
+    (plain,) = plan_others([other], "restart", shared=False, users={}, targeted={other_key(other): ("ns/x",)})
+    assert plain.restart  # only the LMCache server is a store
+
+
 def test_select_others() -> None:
     others = _others()
     assert select_others(others, Targets(all=True)) == (others, set())

@@ -118,3 +118,5 @@ def test_summary_and_exit_reason_lines() -> None:
     line = exit_reason(rows, 1)
     assert line.startswith("error: 3 of 5 rows failed or left a tier (b: unconfirmed; c: interrupted; d: failed)")
     assert line.endswith("(exit 1)") and "\n" not in line
+    replaced = rows[:1] + [{"kind": "CacheReset", "namespace": "n", "pod": "e", "result": "replaced", "message": ""}]
+    assert exit_reason(replaced + rows[4:], 1).startswith("error: 1 of 3 rows failed or left a tier (d: failed)")
