@@ -210,13 +210,26 @@ def parse_container(container: Mapping[str, Any], env: Mapping[str, str]) -> Sgl
     port = _int_flag(flags, "port", DEFAULT_PORT)
     dp_size = _int_flag(flags, "dp-size", 1)
     unevaluated.extend(shell.unevaluated)
+    notes = list(shell.notes)
+    ports: tuple[int, ...] = (port,)
+    hidden = [(literal, why) for literal, why in shell.unevaluated
+              if any(a == literal and not (i and args[i - 1].startswith("-") and "=" not in args[i - 1])
+                     for i, a in enumerate(args))]
+    if hidden:
+        # a whole argument the script reader could not evaluate (its "$@" after a sourced file, a
+        # command substitution), not a flag's value, may stand for any flags: the port, --dp-size and the HiCache
+        # flags the server sees are then not those read here, so none of them is trusted
+        ports = ()
+        notes.append(f"the SGLang server's flags are not known: {hidden[0][0]} ({hidden[0][1]}) may hold any "
+                     "of them (--port, --dp-size, the HiCache flags), so its port and tiers are not established; "
+                     "give them literally in the container's command or args")
     return SglangConfig(
         argv=tuple(redact_argv(list(argv))), entrypoint=entrypoint, model=flags.get("model-path"),
-        served_model_name=flags.get("served-model-name"), api_ports=(port,),
+        served_model_name=flags.get("served-model-name"), api_ports=ports,
         scheme="https" if flags.get("ssl-certfile") or flags.get("ssl-keyfile") else "http",
         kv_transfer_config=None, kv_offloading_size_gib=None, kv_offloading_backend=None,
         data_parallel_size_local=None, config_file=None,
-        unresolved_vars=tuple(dict.fromkeys([*unresolved, *shell.unresolved])), notes=tuple(shell.notes),
+        unresolved_vars=tuple(dict.fromkeys([*unresolved, *shell.unresolved])), notes=tuple(notes),
         env=dict(cmd_env), unevaluated=tuple(dict.fromkeys(unevaluated)),
         host=flags.get("host") or "127.0.0.1", dp_size=dp_size,
         hierarchical_cache="enable-hierarchical-cache" in flags,
