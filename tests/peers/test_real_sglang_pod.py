@@ -4,8 +4,8 @@ HTTP: through the API server's pod proxy, and straight to the pod address where 
 reach SGLang (the pod proxy drops the client's ``Authorization``, as kube-apiserver does; a
 port-forward carries it).
 
-One cluster for the module (three SGLang pods, one of them two data-parallel ranks, and three
-routers; about 9 GiB, ready in 1-3 minutes on a 2-core machine). Checked on the real server:
+One cluster for the module (four SGLang pods, one of them two data-parallel ranks, one with
+HiCache, and three routers; about 11 GiB, ready in 1-3 minutes on a 2-core machine). Checked on the real server:
 
 - a repeated prompt reports cached tokens (``/generate`` with ``--enable-cache-report``:
   ``meta_info.cached_tokens``), ``POST /flush_cache`` answers 200 and the repeat then reports 0;
@@ -15,12 +15,31 @@ routers; about 9 GiB, ready in 1-3 minutes on a 2-core machine). Checked on the 
   ``srt/managers/scheduler_components/flush_wrapper.py``);
 - ``--admin-api-key``: 401 ``{"error":"Unauthorized"}`` without or with a wrong key, 200 with
   the right one (sglang ``srt/utils/auth.py``);
-- ``--dp-size 2`` with rank 1 busy (``routed_dp_rank``): ``/flush_cache`` answers **200** while
-  rank 1 refused and keeps its cache: only the first rank's answer is returned (sglang
-  ``srt/managers/tokenizer_control_mixin.py``; sglang issue #39562);
+- ``--dp-size 2`` with rank 1 busy (``routed_dp_rank``): rank 0 flushes, rank 1 refuses and keeps
+  its cache, and ``/flush_cache`` returns the answer of whichever rank answered **first** (sglang
+  ``srt/managers/tokenizer_control_mixin.py`` ``flush_cache`` takes ``results[0]``,
+  ``srt/managers/communicator.py`` appends in arrival order; sglang issue #39562): a 200 that
+  hides rank 1's refusal, or a 400 although rank 0 flushed, from one run to the next;
 - ``/hicache/storage-backend/clear`` without HiCache: 400 with the "cleared." body;
+- HiCache with the file storage backend (``sgl-hicache``, its directory on the claim
+  ``hicache-files``): a 300-token prompt writes page files; ``/flush_cache`` empties the device
+  tree and the host tier but not the files, so the repeat hits storage
+  (``meta_info.cached_tokens_details.storage`` > 0); ``/hicache/storage-backend/clear`` (admin key)
+  answers 200 and leaves no file, and after a flush the repeat misses;
 - the router's ``/flush_cache``: 200 when every worker flushed, 206 when one failed and also when
   every one failed (sglang-router ``src/routers/http/router.rs``).
+
+**The file backend's names and the model** (sglang ``srt/mem_cache/hicache_storage.py``
+``HiCacheFile``, observed): one file per page, ``<key>_<model>_<tp rank>_<tp size>.bin`` (here
+``<sha256 hex>_tiny-hc_0_1.bin``), written as ``.<hex>.tmp`` then renamed; ``<model>`` is the
+**served model name** with ``/`` replaced by ``-`` (``mem_cache/hybrid_cache/hybrid_pool_assembler.py``
+passes ``served_model_name``; ``managers/cache_controller.py`` ``storage_model_name`` appends
+``-<format tag>`` for host pools with a page format of their own), MLA models drop the TP part
+(``_<model>``), pipeline and context parallel add ``_<pp size>_<pp rank>``, ``_cp<rank>_<size>``.
+So the files of one served model can be told apart in a shared directory (a per-model deletion
+of ``*_<model>_*.bin`` is possible from outside), but SGLang's own
+``/hicache/storage-backend/clear`` (``HiCacheFile.clear``) removes **every** file in the
+directory, every model's.
 
 With ``KVRESET_RECORD_SGLANG=1`` :func:`test_record_for_referee` also writes the answers the fake
 SGLang is refereed against (tests/referee/data/real-sglang-0.5.23.json).
@@ -38,7 +57,17 @@ from typing import Any
 
 import pytest
 
-from tests.peers.realpods import call, counters, direct, pod, pod_ip, proxy, start_cluster, stop_cluster
+from tests.peers.realpods import (
+    call,
+    counters,
+    direct,
+    pod,
+    pod_ip,
+    proxy,
+    server_logs,
+    start_cluster,
+    stop_cluster,
+)
 from tests.simctl import ROOT, SimCluster
 
 pytestmark = pytest.mark.peers
@@ -50,6 +79,9 @@ KEY = "kvreset-admin"
 READY_TIMEOUT = 600.0
 PROMPT = [4 + (700 + 7 * i) % 1000 for i in range(40)]   # 40 token ids of the tiny vocabulary
 RECORDING = ROOT / "tests" / "referee" / "data" / "real-sglang-0.5.23.json"
+LONG = [4 + (31 * i + 17) % 990 for i in range(300)]   # 300 token ids: several storage pages
+HICACHE_CLAIM = "hicache-files"
+HICACHE_FILE_SUFFIX = "_tiny-hc_0_1.bin"
 FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or "
            "waiting requests, the operation will not be performed.)\n")
 
@@ -159,7 +191,9 @@ def test_dp_rank1_busy_answers_200_and_keeps_its_cache(cluster: SimCluster) -> N
     code, body = _flush(cluster, "sgl-dp")
     assert not busy.done.is_set(), "the generation on rank 1 ended before the flush"
     busy.join()
-    assert (code, body.decode()) == (200, FLUSHED)    # rank 0's answer only
+    # the first rank to answer decides (FanOutCommunicator collects in arrival order, flush_cache
+    # returns results[0]): 200 while rank 1 refused, or 400 while rank 0 flushed
+    assert (code, body.decode()) in ((200, FLUSHED), (400, "Flush cache failed.\n"))
     assert _cached(cluster, "sgl-dp", ids, rank=0) == 0
     assert _cached(cluster, "sgl-dp", ids, rank=1) > 0   # rank 1 kept its cache
 
@@ -167,6 +201,60 @@ def test_dp_rank1_busy_answers_200_and_keeps_its_cache(cluster: SimCluster) -> N
 def test_hicache_clear_without_hicache(cluster: SimCluster) -> None:
     code, body = direct(_url(cluster, "sgl-open", "/hicache/storage-backend/clear"), "POST")
     assert code == 400 and b"cleared." in body
+
+
+def _files(sim: SimCluster) -> list[str]:
+    """The file names in the HiCache pod's storage directory (its claim's directory on the host)."""
+    d = sim.tmp / "state" / "pvc" / NS / HICACHE_CLAIM
+    return sorted(p.name for p in d.iterdir() if p.name.endswith(".bin")) if d.is_dir() else []
+
+
+def _wait_files(sim: SimCluster, timeout: float = 120.0) -> list[str]:
+    """The storage files once their writing settled: some, and no change (``.bin`` or ``.tmp``) for 2 s."""
+    d = sim.tmp / "state" / "pvc" / NS / HICACHE_CLAIM
+    deadline = time.monotonic() + timeout
+    last: list[str] = []
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        now = sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+        if now != last:
+            last, since = now, time.monotonic()
+        elif now and time.monotonic() - since >= 2.0:
+            break
+        time.sleep(0.25)
+    return _files(sim)
+
+
+def _hicache_log(sim: SimCluster) -> str:
+    return "\n".join(b for b in server_logs(sim, 6000).split("\nsgl-") if b.startswith(("sgl-hicache", "hicache")))
+
+
+def _hicache_clear(sim: SimCluster) -> tuple[int, bytes]:
+    return direct(_url(sim, "sgl-hicache", "/hicache/storage-backend/clear"), "POST",
+                  headers={"Authorization": f"Bearer {KEY}"})
+
+
+@pytest.mark.xfail(reason="on this 2-core machine the flush after a prompt that wrote storage killed the server: "
+                   "cache_controller.py _stop_storage_threads 'Failed to stop HiCache storage threads cleanly: "
+                   "prefetch_thread_func' (join timeout 10 s) raised in the scheduler", strict=False)
+def test_hicache_file_storage_flush_and_clear(cluster: SimCluster) -> None:
+    _hicache_clear(cluster)
+    assert _flush(cluster, "sgl-hicache", key=KEY)[0] == 200
+    assert _generate(cluster, "sgl-hicache", LONG)["cached_tokens"] == 0
+    names = _wait_files(cluster)
+    assert names and all(n.endswith(HICACHE_FILE_SUFFIX) for n in names), names[:5]
+    # /flush_cache empties the device tree and the host tier, not the storage files
+    assert _flush(cluster, "sgl-hicache", key=KEY)[0] == 200
+    assert len(_files(cluster)) >= len(names)
+    meta = _generate(cluster, "sgl-hicache", LONG)
+    assert meta["cached_tokens"] > 0 and meta["cached_tokens_details"]["storage"] > 0, (meta, _hicache_log(cluster))
+    # the storage clear deletes every file; with a flush the next repeat misses
+    code, body = _hicache_clear(cluster)
+    assert (code, body) == (200, b"Hierarchical cache storage backend cleared.\n"), _hicache_log(cluster)
+    assert _files(cluster) == []
+    assert _flush(cluster, "sgl-hicache", key=KEY)[0] == 200
+    meta = _generate(cluster, "sgl-hicache", LONG)
+    assert meta["cached_tokens"] == 0, (meta, _hicache_log(cluster))
 
 
 def test_router_flush(cluster: SimCluster) -> None:
@@ -206,6 +294,35 @@ def _exchange(name: str, method: str, url: str, auth: str, headers: dict[str, st
         status, ctype, raw = e.code, e.headers.get("Content-Type"), e.read()
     return {"name": name, "method": method, "path": path, "query": query, "auth": auth,
             "status": status, "content_type": ctype, "body": _site_path(raw.decode("utf-8", "replace"))}
+
+
+def _meta_summary(ex: dict[str, Any]) -> dict[str, Any]:
+    meta = json.loads(ex["body"])["meta_info"]
+    ex["body"] = json.dumps({k: meta.get(k) for k in ("prompt_tokens", "cached_tokens", "cached_tokens_details")})
+    ex["summarised"] = True
+    return ex
+
+
+def _record_hicache(sim: SimCluster) -> list[dict[str, Any]]:
+    """HiCache with the file storage backend: a prompt, flush, the repeat from storage, the
+    storage clear (its file count in ``files_after``), flush, the repeat that misses."""
+    u = _url(sim, "sgl-hicache", "/generate")
+    admin = {"Authorization": f"Bearer {KEY}"}
+    body = {"input_ids": LONG, "sampling_params": {"max_new_tokens": 1}}
+    flush, clear = _url(sim, "sgl-hicache", "/flush_cache"), _url(sim, "sgl-hicache", "/hicache/storage-backend/clear")
+    _hicache_clear(sim)
+    _flush(sim, "sgl-hicache", key=KEY)
+    out = [_meta_summary(_exchange("hicache-generate-first", "POST", u, "none", body=body))]
+    _wait_files(sim)
+    out.append(_exchange("hicache-flush", "POST", flush, "admin", admin))
+    out.append(_meta_summary(_exchange("hicache-generate-from-storage", "POST", u, "none", body=body)))
+    out.append(_exchange("hicache-clear-without-key", "POST", clear, "none"))
+    ex = _exchange("hicache-clear", "POST", clear, "admin", admin)
+    ex["files_after"] = len(_files(sim))
+    out.append(ex)
+    out.append(_exchange("hicache-flush-after-clear", "POST", flush, "admin", admin))
+    out.append(_meta_summary(_exchange("hicache-generate-after-clear", "POST", u, "none", body=body)))
+    return out
 
 
 @pytest.mark.skipif(not os.environ.get("KVRESET_RECORD_SGLANG"), reason="set KVRESET_RECORD_SGLANG=1 to record")
@@ -260,6 +377,8 @@ def test_record_for_referee(cluster: SimCluster) -> None:
                            if line.startswith("sglang:cached_tokens_total"))
     ex["summarised"] = True
     out.append(ex)
+    if os.environ.get("KVRESET_RECORD_SGLANG_HICACHE"):   # see the xfail of the HiCache test
+        out += _record_hicache(cluster)
     for owner, name in (("router-ok", "router-flush-all-ok"), ("router-partial", "router-flush-one-failed"),
                         ("router-failed", "router-flush-all-failed")):
         out.append(_exchange(name, "POST", u(owner, "/flush_cache"), "none"))

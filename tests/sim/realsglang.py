@@ -17,6 +17,18 @@ every attribute a placeholder that raises when called. The CPU flags are added
 (:data:`SGLANG_PASS_FLAGS`), the rest dropped and listed in the pod's notes. ``--dp-size N`` gets
 ``SGLANG_CPU_OMP_THREADS_BIND`` with one CPU per rank (SGLang asserts one entry per rank,
 ``sglang/srt/utils/common.py`` ``get_cpu_ids_by_node``); each rank is about 2 GiB more.
+
+**HiCache on CPU.** Every SGLang server gets ``KVRESET_SIM_SGLANG_CPU_HICACHE=1``, which makes the
+pod's ``sitecustomize`` (tests/sim/realsite.py) build the host KV pool unpinned and bind the
+``direct`` io backend's ``transfer_kv_direct`` to a plain torch index copy
+(``sglang/srt/mem_cache/pool_host/mha.py`` imports it only on CUDA/ROCm/XPU). A manifest then runs
+``--enable-hierarchical-cache --hicache-io-backend direct --hicache-mem-layout layer_first`` with
+any storage backend SGLang's CPU build has, e.g. ``--hicache-storage-backend file`` with
+``SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR`` on a volume of the pod (a PVC: one directory for
+every pod of the claim, tests/sim/podvolumes.py).
+
+**sglang-router.** Its periodic worker health checks go to ``/ready`` unless the manifest chooses
+(:func:`router_args`).
 """
 
 from __future__ import annotations
@@ -198,6 +210,7 @@ def sglang_env(env: dict[str, str], dp: int) -> dict[str, str]:
     out = dict(env)
     out.update({"SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     out.setdefault("OMP_NUM_THREADS", "1")
+    out["KVRESET_SIM_SGLANG_CPU_HICACHE"] = "1"   # HiCache's host pool on a CPU (tests/sim/realsite.py)
     if dp > 1 and "SGLANG_CPU_OMP_THREADS_BIND" not in out:
         cpus = max(1, os.cpu_count() or 1)
         out["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(str(r % cpus) for r in range(dp))
@@ -208,7 +221,13 @@ def router_args(args: list[str], pod_ip: str) -> tuple[list[str], list[int]]:
     """sglang-router's arguments: the manifest's with ``--host`` and ``--prometheus-host`` = the
     pod address (its Rust listeners bind what they are told, the Prometheus one 0.0.0.0:29000 by
     default); ``(argv tail, [port, Prometheus port])`` (defaults 30000 and 29000, sglang-router's
-    ``router_args.py``)."""
+    ``router_args.py``). Unless the manifest chooses (``--health-check-endpoint``,
+    ``--disable-health-check``), the router's periodic worker checks go to ``/ready``, not its
+    default ``/health``: on SGLang 0.5.23 ``/health`` runs a one-token generation
+    (sglang/srt/entrypoints/http_server.py ``health_generate``, ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION``
+    on by default), and a ``/flush_cache`` landing during it answers 400 ``Flush cache failed.``:
+    a flake for every test that flushes a worker a router fronts. The real race stays: a real
+    router checks ``/health`` every 60 s by default."""
     out: list[str] = []
     skip = False
     for tok in args:
@@ -223,6 +242,8 @@ def router_args(args: list[str], pod_ip: str) -> tuple[list[str], list[int]]:
         out.append(tok)
     port = int(_flag_value(args, "--port") or 30000)
     prom = int(_flag_value(args, "--prometheus-port") or 29000)
+    if not any(t.split("=", 1)[0] in ("--health-check-endpoint", "--disable-health-check") for t in out):
+        out += ["--health-check-endpoint", "/ready"]
     return [*out, "--host", pod_ip, "--prometheus-host", pod_ip], [port, prom]
 
 

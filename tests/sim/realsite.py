@@ -59,6 +59,53 @@ if _os.environ.get("KVRESET_SIM_LMCACHE_MOCK_GPU"):
     _sys.meta_path.insert(0, _MockGpuFinder())
 
 
+# SGLang's HiCache on the CPU engine (SGLang pods only): the host KV pool is allocated pinned by
+# default (``pin_memory=True``, sglang/srt/mem_cache/pool_host/mha.py), which a CPU-only torch
+# refuses, and the ``direct`` io backend's ``layer_first`` copy ``transfer_kv_direct`` comes from
+# ``sgl_kernel.kvcacheio`` on CUDA/ROCm and ``pool_host/_kvcacheio.py`` on XPU only, so on a CPU it
+# is unbound: the pool is built unpinned and the copy is a plain torch index copy
+if _os.environ.get("KVRESET_SIM_SGLANG_CPU_HICACHE"):
+    import importlib.abc as _iabc
+    import importlib.machinery as _imach
+    import sys as _sys
+
+    def _transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_size=1):
+        for src, dst in zip(src_layers, dst_layers):
+            dst[dst_indices.to(dst.device)] = src[src_indices.to(src.device)].to(dst.device)
+
+    def _cpu_host_pool(module):
+        module.transfer_kv_direct = _transfer_kv_direct
+        cls = module.MHATokenToKVPoolHost
+        init = cls.__init__
+
+        def __init__(self, *args, **kwargs):
+            if len(args) > 5:   # (buffer_info, ratio, host_size, page_size, layout, pin_memory, ...)
+                args = args[:5] + (False,) + args[6:]
+            else:
+                kwargs["pin_memory"] = False
+            init(self, *args, **kwargs)
+
+        cls.__init__ = __init__
+
+    class _SglHostPoolFinder(_iabc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name != "sglang.srt.mem_cache.pool_host.mha":
+                return None
+            spec = _imach.PathFinder.find_spec(name, path)
+            if spec is None or spec.loader is None:
+                return spec
+            run = spec.loader.exec_module
+
+            def exec_module(module, _run=run):
+                _run(module)
+                _cpu_host_pool(module)
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    _sys.meta_path.insert(0, _SglHostPoolFinder())
+
+
 def _loopback(host):
     try:
         return _ip.ip_address(host).is_loopback

@@ -40,7 +40,11 @@ def test_server_args_and_env() -> None:
     assert "SGLANG_CPU_OMP_THREADS_BIND" not in sglang_env({}, 1)
     parts = launch_parts("sglang-router", ["--host", "0.0.0.0", "--port", "8000"], "", "127.9.1.2", {})
     assert parts["ports"] == [8000, 29000]
-    assert parts["tail"] == ["--port", "8000", "--host", "127.9.1.2", "--prometheus-host", "127.9.1.2"]
+    assert parts["tail"] == ["--port", "8000", "--health-check-endpoint", "/ready", "--host", "127.9.1.2",
+                             "--prometheus-host", "127.9.1.2"]
+    assert env["KVRESET_SIM_SGLANG_CPU_HICACHE"] == "1"
+    own = launch_parts("sglang-router", ["--health-check-endpoint=/health"], "", "127.9.1.2", {})["tail"]
+    assert own.count("--health-check-endpoint=/health") == 1 and "/ready" not in own
 
 
 def test_standins(tmp_path: Path) -> None:
