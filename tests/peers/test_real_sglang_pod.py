@@ -82,6 +82,7 @@ RECORDING = ROOT / "tests" / "referee" / "data" / "real-sglang-0.5.23.json"
 LONG = [4 + (31 * i + 17) % 990 for i in range(300)]   # 300 token ids: several storage pages
 HICACHE_CLAIM = "hicache-files"
 HICACHE_FILE_SUFFIX = "_tiny-hc_0_1.bin"
+BUSY = {"busy_seconds": 30}   # the fake's state while _Busy's generation runs (it ends within 120 s)
 FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or "
            "waiting requests, the operation will not be performed.)\n")
 
@@ -277,8 +278,17 @@ def _site_path(text: str) -> str:
     return re.sub(r"/[^\s\"']*/site-packages/", ".../site-packages/", text)
 
 
+def _argv(sim: SimCluster, owner: str) -> list[str]:
+    """The command line ``owner``'s pod ran (the manifest's command and args)."""
+    return list(pod(sim, NS, owner)["real_servers"][0]["argv"])
+
+
 def _exchange(name: str, method: str, url: str, auth: str, headers: dict[str, str] | None = None,
-              body: Any = None) -> dict[str, Any]:
+              body: Any = None, *, sim: SimCluster, owner: str,
+              overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One recorded exchange: ``target`` server or router, the ``owner`` pod's ``argv``, the fake's
+    ``overrides`` that give the state it was made in (``busy_seconds``: a generation running;
+    ``prompt_seen``: the /generate prompt was sent before), the ``request`` body, the answer."""
     import urllib.error
     import urllib.request
 
@@ -292,8 +302,12 @@ def _exchange(name: str, method: str, url: str, auth: str, headers: dict[str, st
             status, ctype, raw = r.status, r.headers.get("Content-Type"), r.read()
     except urllib.error.HTTPError as e:
         status, ctype, raw = e.code, e.headers.get("Content-Type"), e.read()
-    return {"name": name, "method": method, "path": path, "query": query, "auth": auth,
-            "status": status, "content_type": ctype, "body": _site_path(raw.decode("utf-8", "replace"))}
+    ex = {"name": name, "target": "router" if owner.startswith("router") else "server", "owner": owner,
+          "argv": _argv(sim, owner), "overrides": dict(overrides or {}),
+          "method": method, "path": path, "query": query, "auth": auth}
+    if body is not None:
+        ex["request"] = body
+    return {**ex, "status": status, "content_type": ctype, "body": _site_path(raw.decode("utf-8", "replace"))}
 
 
 def _meta_summary(ex: dict[str, Any]) -> dict[str, Any]:
@@ -312,16 +326,20 @@ def _record_hicache(sim: SimCluster) -> list[dict[str, Any]]:
     flush, clear = _url(sim, "sgl-hicache", "/flush_cache"), _url(sim, "sgl-hicache", "/hicache/storage-backend/clear")
     _hicache_clear(sim)
     _flush(sim, "sgl-hicache", key=KEY)
-    out = [_meta_summary(_exchange("hicache-generate-first", "POST", u, "none", body=body))]
+    seen = {"prompt_seen": True}
+    out = [_meta_summary(_exchange("hicache-generate-first", "POST", u, "none", body=body, sim=sim,
+                                   owner="sgl-hicache"))]
     _wait_files(sim)
-    out.append(_exchange("hicache-flush", "POST", flush, "admin", admin))
-    out.append(_meta_summary(_exchange("hicache-generate-from-storage", "POST", u, "none", body=body)))
-    out.append(_exchange("hicache-clear-without-key", "POST", clear, "none"))
-    ex = _exchange("hicache-clear", "POST", clear, "admin", admin)
+    out.append(_exchange("hicache-flush", "POST", flush, "admin", admin, sim=sim, owner="sgl-hicache"))
+    out.append(_meta_summary(_exchange("hicache-generate-from-storage", "POST", u, "none", body=body, sim=sim,
+                                       owner="sgl-hicache", overrides=seen)))
+    out.append(_exchange("hicache-clear-without-key", "POST", clear, "none", sim=sim, owner="sgl-hicache"))
+    ex = _exchange("hicache-clear", "POST", clear, "admin", admin, sim=sim, owner="sgl-hicache")
     ex["files_after"] = len(_files(sim))
     out.append(ex)
-    out.append(_exchange("hicache-flush-after-clear", "POST", flush, "admin", admin))
-    out.append(_meta_summary(_exchange("hicache-generate-after-clear", "POST", u, "none", body=body)))
+    out.append(_exchange("hicache-flush-after-clear", "POST", flush, "admin", admin, sim=sim, owner="sgl-hicache"))
+    out.append(_meta_summary(_exchange("hicache-generate-after-clear", "POST", u, "none", body=body, sim=sim,
+                                       owner="sgl-hicache", overrides=seen)))
     return out
 
 
@@ -330,27 +348,32 @@ def test_record_for_referee(cluster: SimCluster) -> None:
     """Record the real answers into tests/referee/data/real-sglang-0.5.23.json (the key itself is
     never recorded: ``auth`` says none, admin or wrong)."""
     out: list[dict[str, Any]] = []
-    u = lambda owner, path: _url(cluster, owner, path)  # noqa: E731
+
+    def rec(name: str, method: str, owner: str, path: str, auth: str, headers: dict[str, str] | None = None,
+            body: Any = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        return _exchange(name, method, _url(cluster, owner, path), auth, headers, body, sim=cluster, owner=owner,
+                         overrides=overrides)
+
     admin = {"Authorization": f"Bearer {KEY}"}
     wrong = {"Authorization": "Bearer wrong"}
-    out.append(_exchange("flush-idle", "POST", u("sgl-open", "/flush_cache"), "none"))
-    out.append(_exchange("flush-idle-get", "GET", u("sgl-open", "/flush_cache"), "none"))
+    out.append(rec("flush-idle", "POST", "sgl-open", "/flush_cache", "none"))
+    out.append(rec("flush-idle-get", "GET", "sgl-open", "/flush_cache", "none"))
     busy = _Busy(cluster, "sgl-open")
-    out.append(_exchange("flush-busy", "POST", u("sgl-open", "/flush_cache"), "none"))
-    out.append(_exchange("flush-busy-timeout-short", "POST", u("sgl-open", "/flush_cache?timeout=0.1"), "none"))
-    out.append(_exchange("flush-busy-timeout", "POST", u("sgl-open", "/flush_cache?timeout=120"), "none"))
+    out.append(rec("flush-busy", "POST", "sgl-open", "/flush_cache", "none", overrides=BUSY))
+    out.append(rec("flush-busy-timeout-short", "POST", "sgl-open", "/flush_cache?timeout=0.1", "none",
+                   overrides=BUSY))
+    out.append(rec("flush-busy-timeout", "POST", "sgl-open", "/flush_cache?timeout=120", "none", overrides=BUSY))
     busy.join()
-    out.append(_exchange("flush-timeout-negative", "POST", u("sgl-open", "/flush_cache?timeout=-1"), "none"))
-    out.append(_exchange("flush-timeout-abc", "POST", u("sgl-open", "/flush_cache?timeout=abc"), "none"))
-    out.append(_exchange("flush-key-missing", "POST", u("sgl-key", "/flush_cache"), "none"))
-    out.append(_exchange("flush-key-wrong", "POST", u("sgl-key", "/flush_cache"), "wrong", wrong))
-    out.append(_exchange("flush-key-right", "POST", u("sgl-key", "/flush_cache"), "admin", admin))
-    out.append(_exchange("hicache-clear-without-hicache", "POST", u("sgl-open", "/hicache/storage-backend/clear"),
-                         "none"))
-    out.append(_exchange("hicache-clear-without-hicache-key", "POST", u("sgl-key", "/hicache/storage-backend/clear"),
-                         "admin", admin))
+    out.append(rec("flush-timeout-negative", "POST", "sgl-open", "/flush_cache?timeout=-1", "none"))
+    out.append(rec("flush-timeout-abc", "POST", "sgl-open", "/flush_cache?timeout=abc", "none"))
+    out.append(rec("flush-key-missing", "POST", "sgl-key", "/flush_cache", "none"))
+    out.append(rec("flush-key-wrong", "POST", "sgl-key", "/flush_cache", "wrong", wrong))
+    out.append(rec("flush-key-right", "POST", "sgl-key", "/flush_cache", "admin", admin))
+    out.append(rec("hicache-clear-without-hicache", "POST", "sgl-open", "/hicache/storage-backend/clear", "none"))
+    out.append(rec("hicache-clear-without-hicache-key", "POST", "sgl-key", "/hicache/storage-backend/clear",
+                   "admin", admin))
     for owner, name in (("sgl-open", "server-info"), ("sgl-dp", "server-info-dp2")):
-        ex = _exchange(name, "GET", u(owner, "/server_info"), "none")
+        ex = rec(name, "GET", owner, "/server_info", "none")
         doc = json.loads(ex["body"])
         ex["body"] = json.dumps({"keys": sorted(doc), "version": doc.get("version"), "dp_size": doc.get("dp_size"),
                                  "api_key_set": doc.get("api_key") is not None,
@@ -359,20 +382,21 @@ def test_record_for_referee(cluster: SimCluster) -> None:
         out.append(ex)
     ids = PROMPT[10:36]
     for name in ("generate-first", "generate-repeat"):
-        ex = _exchange(name, "POST", u("sgl-open", "/generate"), "none",
-                       body={"input_ids": ids, "sampling_params": {"max_new_tokens": 1}})
+        ex = rec(name, "POST", "sgl-open", "/generate", "none",
+                 body={"input_ids": ids, "sampling_params": {"max_new_tokens": 1}},
+                 overrides={"prompt_seen": True} if name == "generate-repeat" else None)
         meta = json.loads(ex["body"])["meta_info"]
         ex["body"] = json.dumps({k: meta.get(k) for k in ("prompt_tokens", "cached_tokens", "cached_tokens_details")})
         ex["summarised"] = True
         out.append(ex)
-    out.append(_exchange("flush-after-repeat", "POST", u("sgl-open", "/flush_cache"), "none"))
-    ex = _exchange("generate-after-flush", "POST", u("sgl-open", "/generate"), "none",
-                   body={"input_ids": ids, "sampling_params": {"max_new_tokens": 1}})
+    out.append(rec("flush-after-repeat", "POST", "sgl-open", "/flush_cache", "none"))
+    ex = rec("generate-after-flush", "POST", "sgl-open", "/generate", "none",
+             body={"input_ids": ids, "sampling_params": {"max_new_tokens": 1}})
     meta = json.loads(ex["body"])["meta_info"]
     ex["body"] = json.dumps({k: meta.get(k) for k in ("prompt_tokens", "cached_tokens", "cached_tokens_details")})
     ex["summarised"] = True
     out.append(ex)
-    ex = _exchange("metrics-cached-tokens", "GET", u("sgl-open", "/metrics"), "none")
+    ex = rec("metrics-cached-tokens", "GET", "sgl-open", "/metrics", "none")
     ex["body"] = "\n".join(re.sub(r"\s[0-9.e+-]+$", "", line) for line in ex["body"].splitlines()
                            if line.startswith("sglang:cached_tokens_total"))
     ex["summarised"] = True
@@ -381,8 +405,8 @@ def test_record_for_referee(cluster: SimCluster) -> None:
         out += _record_hicache(cluster)
     for owner, name in (("router-ok", "router-flush-all-ok"), ("router-partial", "router-flush-one-failed"),
                         ("router-failed", "router-flush-all-failed")):
-        out.append(_exchange(name, "POST", u(owner, "/flush_cache"), "none"))
-    out.append(_exchange("router-flush-get", "GET", u("router-ok", "/flush_cache"), "none"))
+        out.append(rec(name, "POST", owner, "/flush_cache", "none"))
+    out.append(rec("router-flush-get", "GET", "router-ok", "/flush_cache", "none"))
     doc = {"server": "sglang 0.5.23", "router": "sglang-router 0.3.2", "exchanges": out}
     RECORDING.parent.mkdir(parents=True, exist_ok=True)
     RECORDING.write_text(json.dumps(doc, indent=1) + "\n")

@@ -1,12 +1,18 @@
 """The fake SGLang (tests/sim/fakesglang.py) against answers of a real SGLang: every exchange of each
-answer set in ``tests/referee/data/*sglang*.json`` is replayed through
-:func:`tests.sim.fakesglang.answer` and must give the same status, content type and body (JSON
-bodies compared parsed). A set holds ``{"server", "argv"?, "exchanges": [{"name", "method",
-"path", "query", "auth", "status", "content_type", "body", "overrides"?}]}``: ``argv`` is the
-server's command line (default :data:`DEFAULT_ARGV`), ``overrides`` the fake's state for one
-exchange (requests running: ``busy_seconds``). ``/server_info`` is compared on the keys the plugin
-reads (:data:`SERVER_INFO_KEYS`), the rest of its 37 KB being the server's arguments. A
-difference injected into the fake is caught."""
+answer set in ``tests/referee/data/*sglang*.json`` made with ``"target": "server"`` is replayed
+through :func:`tests.sim.fakesglang.answer` and must give the same status, content type and body
+(JSON bodies compared parsed). A set holds ``{"server", "argv"?, "exchanges": [{"name", "target",
+"owner", "argv", "overrides", "method", "path", "query", "auth", "request"?, "status",
+"content_type", "body", "summarised"?}]}``: ``argv`` is the command line of the pod the exchange
+was made with (default the set's, then :data:`DEFAULT_ARGV`), ``overrides`` the fake's state then
+(a generation running: ``busy_seconds``; a ``/generate`` repeat: ``prompt_seen``), ``request``
+the request's JSON body. Summarised bodies are compared on what they hold: ``/server_info`` on
+:data:`SERVER_INFO_KEYS` (the rest of its 37 KB being the server's arguments), ``/generate`` on
+``meta_info``'s :data:`GENERATE_KEYS`, ``/metrics`` on the family names.
+
+Router exchanges (``"target": "router"``, sglang-router's answers) are not replayed: tests/sim has
+no fake router; :func:`test_what_the_plugin_relies_on_from_the_router` states what the plugin
+relies on from them instead. A difference injected into the fake is caught."""
 
 from __future__ import annotations
 
@@ -25,14 +31,16 @@ SETS = sorted(DATA.glob("*sglang*.json"))
 DEFAULT_ARGV = ["python3", "-m", "sglang.launch_server", "--model-path", "tiny", "--port", "30000",
                 "--admin-api-key", "k-admin", "--enable-metrics", "--enable-cache-report"]
 SERVER_INFO_KEYS = ("version", "dp_size")
+GENERATE_KEYS = ("prompt_tokens", "cached_tokens", "cached_tokens_details")
 
 
-def _exchanges() -> list[tuple[str, list[str], dict[str, Any]]]:
+def _exchanges(target: str = "server") -> list[tuple[str, list[str], dict[str, Any]]]:
     out = []
     for path in SETS:
         doc = json.loads(path.read_text())
         for ex in doc["exchanges"]:
-            out.append((f"{path.stem}:{ex['name']}", list(doc.get("argv") or DEFAULT_ARGV), ex))
+            if ex.get("target", "server") == target:
+                out.append((f"{path.stem}:{ex['name']}", list(ex.get("argv") or doc.get("argv") or DEFAULT_ARGV), ex))
     return out
 
 
@@ -58,6 +66,11 @@ def differences(ex: dict[str, Any], got: tuple[int, str | None, bytes]) -> list[
         for key in SERVER_INFO_KEYS:
             if key in want and want[key] != mine.get(key):
                 diffs.append(f"server_info {key} {mine.get(key)!r} != {want[key]!r}")
+    elif ex["path"] == "/generate" and ex.get("summarised") and isinstance(want, dict):
+        meta = (mine or {}).get("meta_info") if isinstance(mine, dict) else None
+        got_meta = {k: (meta or {}).get(k) for k in GENERATE_KEYS}
+        if got_meta != {k: want.get(k) for k in GENERATE_KEYS}:
+            diffs.append(f"generate meta_info {got_meta!r} != {want!r}")
     elif ex["path"] == "/metrics":
         names = {line.split("{")[0].split(" ")[0] for line in ex["body"].splitlines() if line and line[0] != "#"}
         wanted = {n for n in names if n.startswith(("sglang:cached_tokens_total", "sglang:num_running_reqs",
@@ -80,8 +93,25 @@ def test_there_is_an_answer_set() -> None:
 @pytest.mark.parametrize("name,argv,ex", _exchanges(), ids=[n for n, _, _ in _exchanges()])
 def test_fake_answers_as_recorded(name: str, argv: list[str], ex: dict[str, Any]) -> None:
     got = fakesglang.answer(argv, ex["method"], ex["path"], ex.get("query") or "", ex.get("auth") or "none",
-                            ex.get("overrides"))
+                            ex.get("overrides"), ex.get("request"))
     assert differences(ex, got) == [], name
+
+
+def test_what_the_plugin_relies_on_from_the_router() -> None:
+    """sglang-router 0.3.2's ``/flush_cache`` as recorded: 200 ``success`` when every worker
+    flushed, **206** ``partial_success`` when one failed and also when every one failed (nothing in
+    ``successful``), so a 2xx status alone does not mean emptied; ``GET`` -> 405. The router's
+    ``?timeout`` is not recorded: it calls its workers' ``/flush_cache`` without one (sglang-router
+    ``src/routers/http/router.rs``)."""
+    routed = {ex["name"]: ex for _, _, ex in _exchanges("router")}
+    assert routed, "no router exchange recorded"
+    ok, one, every = (json.loads(routed[n]["body"]) for n in
+                      ("router-flush-all-ok", "router-flush-one-failed", "router-flush-all-failed"))
+    assert routed["router-flush-all-ok"]["status"] == 200 and ok["status"] == "success"
+    assert routed["router-flush-one-failed"]["status"] == 206 and len(one["failed"]) == 1 and one["successful"]
+    assert routed["router-flush-all-failed"]["status"] == 206 and every["successful"] == []
+    assert every["workers_flushed"] == 0 and every["status"] == "partial_success"
+    assert routed["router-flush-get"]["status"] == 405
 
 
 def test_an_injected_difference_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

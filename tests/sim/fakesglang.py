@@ -18,16 +18,19 @@ answered them):
   ``--api-key`` when set; ``/generate`` wants the ``--api-key``; a missing or wrong key -> 401
   ``{"error":"Unauthorized"}``. ``/health``, ``/metrics``, ``/server_info`` stay open.
 * ``GET /server_info`` (and ``/get_server_info``): ``version``, ``dp_size`` and the server args.
-* ``POST /generate`` ``{"text": T, "routed_dp_rank": R}``: ``meta_info.cached_tokens`` (with
-  ``--enable-cache-report``): 0 the first time a text is seen on a rank, its tokens minus one
-  after (a token is a word here).
+* ``POST /generate`` ``{"text": T | "input_ids": [...], "routed_dp_rank": R}``:
+  ``meta_info.cached_tokens`` (with ``--enable-cache-report``): 0 the first time a prompt is seen on
+  a rank, its tokens minus one after (a token is a word or an id here); ``cached_tokens_details``
+  ``{"device", "host"}``, null when nothing was cached.
+* ``POST /hicache/storage-backend/clear`` without a storage backend: 400, body :data:`CLEARED`.
 * ``GET /metrics`` (with ``--enable-metrics``): ``sglang:cached_tokens_total{cache_source=...}``
   (counters), ``sglang:num_running_reqs``, ``sglang:num_queue_reqs`` (gauges, per ``dp_rank``).
 
 Scenario overrides (a pod's ``overrides``): ``warm_tokens`` (radix tokens per rank at start,
 default 64; ``cold`` 0), ``warm_host_tokens`` / ``warm_storage_tokens`` (HiCache tiers, default
 32 when enabled), ``busy_seconds`` (rank 0 runs requests for that long from the first flush or metrics read),
-``busy_ranks`` (``{rank: seconds}``, the same per rank).
+``busy_ranks`` (``{rank: seconds}``, the same per rank), ``prompt_seen`` (the first ``/generate`` on
+rank 0 is a repeat: it reports its tokens minus one cached).
 
 :func:`answer` answers one ``(method, path, query, auth)`` of a server built from an argv with
 ``(status, content_type, body)``: the referee replays recorded real answers against it.
@@ -52,6 +55,7 @@ FLUSHED = (b"Cache flushed.\nPlease check backend logs for more details. (When t
 FAILED = b"Flush cache failed.\n"
 TIMED_OUT = b"Timed out waiting for idle state."
 IN_PROGRESS = b"Another flush_cache is already in progress."
+CLEARED = b"Hierarchical cache storage backend cleared.\n"
 UNAUTHORIZED = b'{"error":"Unauthorized"}'
 VERSION = "0.5.23"
 
@@ -182,6 +186,7 @@ class FakeSGLang:
         busy.setdefault(0, float(ov.get("busy_seconds", 0) or 0))
         self.ranks = [_Rank(warm, host, storage, busy.get(r, 0.0)) for r in range(max(args.dp_size, 1))]
         self._flushing = False
+        self._prompt_seen = bool(ov.get("prompt_seen"))
         self.flush_calls = 0
         self.flush_queries: list[str] = []
         self.auth_seen: list[str] = []
@@ -223,6 +228,8 @@ class FakeSGLang:
             return _json(200, self._server_info())
         if path in ("/model_info", "/get_model_info") and method == "GET":
             return _json(200, {"model_path": self.args.model, "is_generation": True})
+        if path == "/hicache/storage-backend/clear" and method == "POST" and not self.args.storage_backend:
+            return _text(400, CLEARED)  # without a storage backend: 400, and yet the "cleared." body
         if path == "/metrics" and method == "GET":
             if not self.args.metrics:
                 return _json(404, {"detail": "Not Found"})
@@ -244,11 +251,18 @@ class FakeSGLang:
         raw = (parse_qs(query).get("timeout") or ["0"])[-1]
         try:
             timeout = float(raw)
-            if not timeout >= 0:
-                raise ValueError(raw)
+            error = None if timeout >= 0 else {"type": "greater_than_equal", "loc": ("query", "timeout"),
+                                               "msg": "Input should be greater than or equal to 0", "input": raw,
+                                               "ctx": {"ge": 0.0}}
         except ValueError:
-            return _json(400, {"object": "error", "type": "BadRequest", "param": None, "code": 400,
-                               "message": f"timeout: Input should be a valid number >= 0, got {raw!r}"})
+            timeout, error = 0.0, {"type": "float_parsing", "loc": ("query", "timeout"),
+                                   "msg": "Input should be a valid number, unable to parse string as a number",
+                                   "input": raw}
+        if error is not None:  # FastAPI's validation error as SGLang's handler words it
+            message = (f"1 validation error:\n  {error!r}\n\n  File \".../site-packages/sglang/srt/entrypoints/"
+                       f"http_server.py\", line 1025, in flush_cache\n    POST /flush_cache [{error!r}]")
+            return _json(400, {"object": "error", "message": message, "type": "Bad Request", "param": None,
+                               "code": 400})
         with self._lock:
             if self._flushing:
                 return _text(400, IN_PROGRESS)
@@ -286,7 +300,8 @@ class FakeSGLang:
     def _generate(self, body: bytes) -> Response:
         try:
             doc = json.loads(body or b"{}")
-            text = str(doc.get("text") or "")
+            ids = doc.get("input_ids")
+            text = " ".join(str(i) for i in ids) if isinstance(ids, list) else str(doc.get("text") or "")
             rank_no = int(doc.get("routed_dp_rank") or 0)
         except (ValueError, TypeError, AttributeError):
             return _json(400, {"error": {"message": "invalid request"}})
@@ -295,13 +310,15 @@ class FakeSGLang:
         tokens = max(len(text.split()), 1)
         with self._lock:
             rank = self.ranks[rank_no]
-            cached = tokens - 1 if text in rank.seen else 0
+            seen = text in rank.seen or (self._prompt_seen and rank_no == 0)
+            self._prompt_seen = False
+            cached = tokens - 1 if seen else 0
             rank.seen[text] = tokens
             rank.cached["device"] += cached
         meta: dict[str, Any] = {"prompt_tokens": tokens, "completion_tokens": 1}
         if self.args.cache_report:
             meta["cached_tokens"] = cached
-            meta["cached_tokens_details"] = {"device": cached, "host": 0}
+            meta["cached_tokens_details"] = {"device": cached, "host": 0} if cached else None
         return _json(200, {"text": " ok", "meta_info": meta})
 
     def _metrics(self) -> str:
@@ -321,17 +338,18 @@ class FakeSGLang:
 
 
 def answer(argv: Sequence[str], method: str, path: str, query: str = "", auth: str = "none",
-           overrides: dict[str, Any] | None = None) -> tuple[int, str | None, bytes]:
+           overrides: dict[str, Any] | None = None, body: Any = None) -> tuple[int, str | None, bytes]:
     """``(status, content_type, body)`` of one request to a fresh fake started with ``argv``;
     ``auth``: ``none`` (no header), ``admin`` (the ``--admin-api-key``, else the ``--api-key``),
     ``api`` (the ``--api-key``), ``wrong`` (another bearer token). The referee replays recorded
-    real answers through it."""
+    real answers through it. ``body``: the request's JSON document (``/generate``), or None."""
     args = sglang_args(argv)
     if args is None:
         raise ValueError("argv does not start SGLang's server")
     server = FakeSGLang(args, overrides, sleep=lambda s: None)
     key = {"none": None, "admin": args.admin_key or args.api_key, "api": args.api_key, "wrong": "wrong-key"}[auth]
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    status, hdrs, body = server.handle(method, path, query, headers)
+    data = json.dumps(body).encode() if body is not None else b""
+    status, hdrs, out = server.handle(method, path, query, headers, data)
     content_type = next((v for k, v in hdrs if k.lower() == "content-type"), None)
-    return status, content_type, body
+    return status, content_type, out
