@@ -173,7 +173,9 @@ class SglangEngine(Engine):
     def request_counts(self, metrics: str) -> dict[str, tuple[int, int]] | None:
         """``sglang:num_running_reqs`` / ``sglang:num_queue_reqs`` per ``dp_rank`` label (gauges,
         sglang ``srt/observability/metrics_collector.py``); None without them (metrics off)."""
-        from prometheus_client.parser import text_string_to_metric_families
+        from ...lazyimport import prometheus_parser
+
+        text_string_to_metric_families = prometheus_parser().text_string_to_metric_families
 
         counts: dict[str, list[int]] = {}
         seen = False
