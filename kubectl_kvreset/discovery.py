@@ -5,7 +5,7 @@ says is read by the pure :mod:`kubectl_kvreset.pods` (re-exported here for calle
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -36,12 +36,13 @@ from .pods import (
     replicaset_owners,
     select,
 )
+from .routers import RouterPod, describe_routers
 
 __all__ = [
     "ConfigFiles", "OtherPod", "discover_all", "DEV_MODE_ENV", "ROLE_LABELS", "SERVING_LABELS", "ApiPort", "DevMode",
     "Owner", "TargetError", "Targets",
     "VllmPod", "deployment_from_replicaset_name", "describe_pod", "describe_pod_containers", "discover",
-    "expand_k8s_refs", "matched_label",
+    "expand_k8s_refs", "find_routers", "matched_label",
     "missing_pair_roles", "parse_owner_ref", "pod_env", "pod_owner", "pod_role", "read_dev_mode",
     "replicaset_owners", "select",
 ]
@@ -177,3 +178,18 @@ def discover_all(kube: Kube, namespace: str | None, *,
     rest = [owned(obj, d) for obj, d in others]
     rest.sort(key=lambda p: (p.namespace, p.owner.kind, p.owner.name, p.name))
     return result, rest
+
+
+def find_routers(kube: Kube, namespaces: Sequence[str | None]) -> list[RouterPod]:
+    """The sglang-router containers (:func:`kubectl_kvreset.routers.describe_routers`) of the pods
+    of ``namespaces`` (None: every namespace), one pod list each. A list that is refused or fails
+    gives none for that namespace (the note they feed is advice, never a row)."""
+    found: list[RouterPod] = []
+    for namespace in dict.fromkeys(namespaces):
+        try:
+            pods = kube.list_items("v1", "pods", namespace)
+        except (KubeApiError, KubeConnectionError):
+            continue
+        for pod in pods:
+            found += describe_routers(pod)
+    return found

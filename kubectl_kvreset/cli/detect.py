@@ -44,11 +44,13 @@ def command(**params: Any) -> None:
     module); llm-d's labels of every era only name its role. The scheduler (EPP), tokenizer
     render pods and requester pods are left out.
     """
-    from ..job.reads import detect_report, error_lines
+    from ..job.reads import detect_report, error_lines, router_lines
     from .context import complete, nothing_found
 
     ctx = complete(params, default_all=True, pair_note=False)
     report = detect_report(ctx, params["max_concurrency"], INTERRUPTED)
     for line in error_lines(report):
+        info(line)
+    for line in router_lines(ctx):
         info(line)
     emit(report, params["output"], empty_message=nothing_found(ctx))

@@ -21,8 +21,8 @@ from packaging.version import Version
 from ..tiers import KVLayout
 
 __all__ = [
-    "ConfigReader", "Engine", "LiveConfig", "ResetAnswer", "ResetOutcome", "ServeConfig", "ServerCommandError",
-    "TierReset",
+    "ConfigReader", "Engine", "FileTier", "LiveConfig", "ResetAnswer", "ResetOutcome", "ServeConfig",
+    "ServerCommandError", "TierReset",
 ]
 
 #: Reads a configuration file a container names (vLLM's ``--config``): ``path -> (yaml_text,
@@ -157,6 +157,40 @@ class TierReset:
 
 
 @dataclass(frozen=True)
+class FileTier:
+    """A tier a server keeps as files in a directory of its pod, whose names carry the model, and
+    that no route of the server empties for one model only: the store step deletes this server's
+    files there (:mod:`kubectl_kvreset.job.storedisk`, through ``pods/exec``), as for LMCache's
+    local disk.
+
+    Attributes:
+        store: the ``StoreClear`` row's ``store`` and the tier's :attr:`~kubectl_kvreset.tiers.Tier.store`
+            (``hicache-file``).
+        label: what the rows call it (``SGLang HiCache file storage``).
+        setting: the directory as configured, with where it was read.
+        paths: the directories, as the server container sees them (empty when not known).
+        suffix: what every file of the tier ends with (``.bin``).
+        model: the model name the file names carry, None when not known.
+        name_regex: a regular expression that the names of this server's files (the suffix
+            removed) match in full and the names of other models' files do not; None when the
+            model is not known.
+        unknown: why the directory is not known (nothing is then deleted), or None.
+        created_by_server: the server creates the directory when it starts, so a missing one is
+            not read as empty.
+    """
+
+    store: str
+    label: str
+    setting: str
+    paths: tuple[str, ...]
+    suffix: str
+    model: str | None
+    name_regex: str | None
+    unknown: str | None = None
+    created_by_server: bool = True
+
+
+@dataclass(frozen=True)
 class LiveConfig:
     """The part of a running server's own configuration this tool reads (vLLM's
     ``/server_info?config_format=json``: :meth:`Engine.read_live_config`).
@@ -282,6 +316,17 @@ class Engine:
         """One :class:`TierReset` per tier of ``layout`` on ``release``, or None (the default)
         when the reset-effect table of :mod:`kubectl_kvreset.plan` (vLLM's connectors) decides."""
         return None
+
+    def file_tiers(self, config: ServeConfig, layout: KVLayout) -> tuple[FileTier, ...]:
+        """The tiers of ``layout`` this server keeps as per-model files in a directory
+        (:class:`FileTier`), which the store step empties. None by default."""
+        return ()
+
+    def files_alike(self, other: str, model: str) -> bool:
+        """True when some file of model ``other`` in a :class:`FileTier` may be named as one of
+        ``model``'s (they cannot be told apart: a per-model deletion then needs consent). False by
+        default."""
+        return False
 
     def busy_query(self, busy_timeout_s: float) -> list[tuple[str, str]]:
         """Query parameters added to :attr:`reset_route` so the server itself waits up to the

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..consent import SHARED_FLAG, User, hold, unlisted_user
 from ..otherpods import OtherPod, unsupported_reason
@@ -23,8 +24,8 @@ from ..rollout import DevModeResult, RestartResult
 from ..stores.calls import StoreCall
 from ..stores.config import StoreKind
 
-__all__ = ["OtherKey", "OtherPlan", "leads_to", "other_key", "other_outcome_row", "other_plan_row", "other_skipped_row",
-           "other_users", "plan_others", "store_calls_named", "targeted_users"]
+__all__ = ["OtherKey", "OtherPlan", "leads_to", "other_key", "other_outcome_row", "other_plan_row",
+           "other_skipped_row", "other_users", "plan_others", "router_notes", "store_calls_named", "targeted_users"]
 
 #: ``(namespace, pod, container)`` of an :class:`~kubectl_kvreset.otherpods.OtherPod`.
 OtherKey = tuple[str, str, str]
@@ -257,3 +258,17 @@ def other_skipped_row(pod: OtherPod, container: str | None) -> tuple[dict[str, o
                        f"{reason} (--container {pod.container} --fallback restart would restart {pod.owner.ref()})"),
            "steps": [], "calls": 0, "busy_answers": 0, "left": [], "unconfirmed": []}
     return row, ExitCode.OK
+
+
+def router_notes(kube: Any, pods: Sequence[VllmPod], *, cleared: bool = True) -> list[str]:
+    """The note on the sglang-router pods that route to SGLang servers like ``pods`` (those of
+    their namespaces whose policy keeps a prefix tree: :func:`kubectl_kvreset.routers.router_note`),
+    or none when no SGLang server is among ``pods``. One pod list per namespace."""
+    namespaces = sorted({p.namespace for p in pods if p.engine.name == "sglang"})
+    if not namespaces:
+        return []
+    from ..discovery import find_routers
+    from ..routers import router_note
+
+    note = router_note(find_routers(kube, namespaces), cleared=cleared)
+    return [note] if note else []

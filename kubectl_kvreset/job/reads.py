@@ -223,3 +223,11 @@ def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = Non
 def tokens(value: float | None) -> int | float | None:
     """A token counter as an integer when it is one (Prometheus exposes counters as floats)."""
     return int(value) if value is not None and value.is_integer() else value
+
+
+def router_lines(ctx: Scope) -> list[str]:
+    """``detect``'s note on the sglang-router pods beside the SGLang servers it lists (what a
+    clear leaves in their routing: :func:`kubectl_kvreset.job.others.router_notes`)."""
+    from .others import router_notes
+
+    return router_notes(ctx.kube, ctx.pods, cleared=False)

@@ -1,5 +1,11 @@
-"""LMCache's local disk, emptied by the store step (``*.pt`` files through the
-FS deletion machinery, files before/after, scope that path), with ``StoreClear`` rows.
+"""LMCache's local disk and the engines' file tiers (SGLang's HiCache file backend), emptied by the
+store step (per-model files through the FS deletion machinery, files before/after, scope that
+path), with ``StoreClear`` rows. The kinds, and what tells one model's files from another's:
+:mod:`.diskkinds`.
+
+An engine's file tier (:class:`~kubectl_kvreset.engines.base.FileTier`) is always deleted per
+model, the server's own files only (its names always carry the model): other files in the
+directory are kept and counted, whoever wrote them. The rest of this docstring is LMCache's.
 
 Where the files are: :func:`kubectl_kvreset.stores.lmcache_disk.local_disk_of` (LMCache 0.5.6's
 settings). How they are deleted: as clear-fs deletes vLLM's FS tier (:mod:`kubectl_kvreset.fs`):
@@ -35,7 +41,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..consent import Hold, User, hold, kept, unlisted_user
-from ..engines.vllm.kvconfig import LMCACHE_CONNECTORS
 from ..engines.vllm.servecmd import known_model, unevaluated_in
 from ..fs import (
     CROSS_NAMESPACE_KINDS,
@@ -52,18 +57,15 @@ from ..kube import Kube, KubeApiError, KubeConnectionError
 from ..pods import VllmPod, describe_pod
 from ..stores.calls import SHARED_FLAG
 from ..stores.clear import StoreResult
-from ..stores.find import pod_config
-from ..stores.lmcache_disk import DISK_SUFFIX, LocalDisk, file_prefix, local_disk_of
-from ..stores.lmcachekey import disk_name_regex, may_write_as
+from ..stores.lmcache_disk import DISK_SUFFIX, file_prefix
+from ..stores.lmcachekey import disk_name_regex
+from .diskkinds import LMCACHE_DISK, LMCACHE_INDEX_NOTE, PodDisk, pod_disks, unknown_disks
 from .fsclear import read_claims
 
 __all__ = ["DiskCall", "disk_row", "plan_disks", "run_disk"]
 
-STORE = "lmcache-disk"
-
-#: Said on every row that deleted files: what LMCache's running engines still believe.
-INDEX_NOTE = ("running LMCache engines drop a deleted file from their in-memory index when a read finds it "
-              "gone (local_disk_backend.py read_file)")
+#: The ``StoreClear`` store of LMCache's local disk (other kinds: :attr:`DiskCall.store`).
+STORE = LMCACHE_DISK
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,12 @@ class DiskCall:
         blocked: why nothing is deleted (refused directory, consent, unknown model), or None.
         kept: for ``scope == "model"``: the pods outside the targets whose files the deletion
             keeps (``ns/pod (model M)``; pods that write no LMCache files there by name alone).
+        store: the ``StoreClear`` store (``lmcache-disk``; an engine file tier's, ``hicache-file``).
+        label: what the rows call the directory.
+        suffix: what every file of the kind ends with.
+        layout: the expression the rest of a selected name matches in full (after a prefix).
+        index_note: said when files were deleted.
+        created_by_server: a missing directory is not read as empty.
     """
 
     namespace: str
@@ -98,11 +106,27 @@ class DiskCall:
     others: tuple[str, ...] = ()
     blocked: str | None = None
     kept: tuple[str, ...] = ()
+    store: str = STORE
+    label: str = "LMCache local disk"
+    suffix: str = DISK_SUFFIX
+    layout: str | None = None
+    index_note: str | None = LMCACHE_INDEX_NOTE
+    created_by_server: bool = True
+
+    @property
+    def name_layout(self) -> str | None:
+        """The expression sent with the prefixes: :attr:`layout`, or LMCache's key layout."""
+        if self.layout is not None or self.store != STORE:
+            return self.layout
+        return disk_name_regex()
 
     @property
     def method(self) -> str:
         """The row's METHOD: what is deleted, and how."""
-        what = " and ".join(f"{p}*{DISK_SUFFIX}" for p in self.prefixes) or f"*{DISK_SUFFIX}"
+        if self.scope == "model" and self.prefixes == ("",):
+            what = f"{self.model}'s *{self.suffix} (the names of its pages)"
+        else:
+            what = " and ".join(f"{p}*{self.suffix}" for p in self.prefixes) or f"*{self.suffix}"
         return f"delete {what} under {self.root} (pods/exec)"
 
 
@@ -116,35 +140,7 @@ class _Group:
     choices: list[tuple[bool, ExecChoice]]
     pods: list[str]
     models: list[str | None]
-
-
-def _disk(kube: Kube, pod: VllmPod, cache: dict[Any, Any]) -> LocalDisk | None:
-    if not set(LMCACHE_CONNECTORS) & set(pod.layout.connectors):
-        return None
-    env, files, _notes = pod_config(kube, pod, cache)
-    disk = local_disk_of(pod.serve.kv_transfer_config, env, files)
-    return disk if disk is not None and disk.enabled else None
-
-
-def _unknown_disk(kube: Kube, pod: VllmPod, cache: dict[Any, Any]) -> str | None:
-    """Why it is unknown where the LMCache of ``pod`` (not targeted) writes its local disk
-    files, or None when that is known (or it has no LMCache): a ``local_disk`` that cannot be
-    evaluated from the spec (``file://$(DIR)/``), an ``LMCACHE_CONFIG_FILE`` that was not read,
-    or an ``LMCACHE_*`` variable (or ``envFrom`` source) that could not be resolved."""
-    if not set(LMCACHE_CONNECTORS) & set(pod.layout.connectors):
-        return None
-    env, files, notes = pod_config(kube, pod, cache)
-    unread = [n for n in notes if n.startswith(("envFrom:", "LMCACHE_"))]
-    config = env.get("LMCACHE_CONFIG_FILE")
-    if config and not isinstance(files.get(config), str):
-        unread.append(f"LMCACHE_CONFIG_FILE {config} was not read")
-    disk = local_disk_of(pod.serve.kv_transfer_config, env, files)
-    for path in disk.paths if disk is not None else ():
-        unread += unevaluated_in(path, pod.serve.unevaluated)
-        if "$(" in path or not path.startswith("/"):
-            # a reference the kubelet expands (or a relative path): not the directory it writes
-            unread.append(f"its local disk {path!r} cannot be evaluated from the pod spec")
-    return "; ".join(dict.fromkeys(unread)) if unread else None
+    kind: PodDisk
 
 
 def _cross_namespace_vllm(universe: Sequence[VllmPod], extra: Sequence[Mapping[str, Any]],
@@ -178,14 +174,14 @@ def _claims(kube: Kube, keys: Sequence[tuple[str, str]], cache: dict[tuple[str, 
 #: ``(volume identity, volume path, pod)``: a mount of a pod outside the targets (or of the
 #: stand-in for pods that cannot be seen).
 _Mount = tuple[tuple[str, ...], str, str]
-#: ``(volume identity, volume path, pod, model)``: a pod outside the targets whose LMCache local
-#: disk is on that storage, and the model whose files it writes there (None: not known).
-_Writer = tuple[tuple[str, ...], str, str, str | None]
-#: ``(volume identity, volume path, pod, model, why)``: a mount of a pod outside the targets
-#: whose LMCache disk directory cannot be evaluated (``why``), so it may write there.
-_Maybe = tuple[tuple[str, ...], str, str, str | None, str]
-#: The targeted disks by backing storage: ``(volume identity, volume path)`` -> its group.
-_Groups = dict[tuple[tuple[str, ...], str], _Group]
+#: ``(store, volume identity, volume path, pod, model)``: a pod outside the targets whose files of
+#: that kind are on that storage, and the model whose files it writes there (None: not known).
+_Writer = tuple[str, tuple[str, ...], str, str, str | None]
+#: ``(store, volume identity, volume path, pod, model, why)``: a mount of a pod outside the targets
+#: whose directory of that kind cannot be evaluated (``why``), so it may write there.
+_Maybe = tuple[str, tuple[str, ...], str, str, str | None, str]
+#: The targeted disks by kind and backing storage: ``(store, volume identity, volume path)`` -> its group.
+_Groups = dict[tuple[str, tuple[str, ...], str], _Group]
 
 
 def plan_disks(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmPod], cache: dict[Any, Any], *,
@@ -236,18 +232,31 @@ def _target_groups(kube: Kube, pods: Sequence[VllmPod], claims: Claims,
     groups: _Groups = {}
     calls: list[DiskCall] = []
     for pod in pods:
-        disk = _disk(kube, pod, cache)
-        if disk is None:
+        disks = pod_disks(kube, pod, cache)
+        for store, why in unknown_disks(kube, pod, cache).items():
+            if store != STORE:  # an engine's file tier whose directory is not known: never guessed
+                calls.append(DiskCall(pod.namespace, why, None, None, "store", None, (), (),
+                                      (f"{pod.namespace}/{pod.name}",), store=store, blocked=(
+                                          f"{why}: nothing was deleted (name the directory literally in the pod "
+                                          "spec to let the plugin delete this server's files)")))
+        if not disks:
             continue
         mounts = pod_mounts(pod.raw, pod.container, claims=claims)
-        for path in disk.paths:
-            blocked = _join_group(groups, pod, disk, path, mounts)
-            if blocked is not None:
-                calls.append(blocked)
+        for disk in disks:
+            for path in disk.paths:
+                blocked = _join_group(groups, pod, disk, path, mounts)
+                if blocked is not None:
+                    calls.append(blocked)
     return groups, calls
 
 
-def _join_group(groups: _Groups, pod: VllmPod, disk: LocalDisk, path: str,
+def _kind_fields(disk: PodDisk) -> dict[str, Any]:
+    """The :class:`DiskCall` fields that come from the file kind."""
+    return dict(store=disk.store, label=disk.label, suffix=disk.suffix, layout=disk.layout,
+                index_note=disk.index_note, created_by_server=disk.created_by_server)
+
+
+def _join_group(groups: _Groups, pod: VllmPod, disk: PodDisk, path: str,
                 mounts: Sequence[MountedVolume]) -> DiskCall | None:
     """Add ``pod``'s disk directory ``path`` to the group of its backing storage in ``groups``;
     instead, the blocked call when the directory cannot be evaluated from the pod spec or
@@ -257,25 +266,25 @@ def _join_group(groups: _Groups, pod: VllmPod, disk: LocalDisk, path: str,
         # never deleted at a guessed path: the directory LMCache writes is not known
         return DiskCall(pod.namespace, disk.setting, path, None, "store", None, (), (),
                         (f"{pod.namespace}/{pod.name}",), blocked=(
-                            f"the LMCache local disk {path!r} cannot be evaluated from the pod spec: "
-                            f"{'; '.join(unknown)}; nothing was deleted and the directory LMCache "
-                            "writes was not looked at (to let the plugin read it, set local_disk to a "
-                            "literal path)"))
+                            f"the {disk.label} {path!r} cannot be evaluated from the pod spec: "
+                            f"{'; '.join(unknown)}; nothing was deleted and the directory the server "
+                            "writes was not looked at (to let the plugin read it, give the directory as a "
+                            "literal path)"), **_kind_fields(disk))
     verdict = check_root(path, mounts)
     if not verdict.ok or verdict.mount is None or verdict.volume_path is None or verdict.root is None:
-        why = (verdict.refusal or "refused").replace("the FS tier root", "the LMCache local disk")
+        why = (verdict.refusal or "refused").replace("the FS tier root", f"the {disk.label}")
         return DiskCall(pod.namespace, disk.setting, verdict.root or path,
                         verdict.mount.label if verdict.mount else None, "store", None, (), (),
-                        (f"{pod.namespace}/{pod.name}",), blocked=why)
-    key = (verdict.mount.identity, verdict.volume_path)
+                        (f"{pod.namespace}/{pod.name}",), blocked=why, **_kind_fields(disk))
+    key = (disk.store, verdict.mount.identity, verdict.volume_path)
     group = groups.setdefault(key, _Group(pod.namespace, verdict.mount.identity, verdict.volume_path,
-                                          verdict.mount.label, disk.setting, [], [], []))
+                                          verdict.mount.label, disk.setting, [], [], [], disk))
     group.choices.append((pod.ready and pod.phase == "Running", ExecChoice(pod.name, pod.container, verdict.root)))
     name = f"{pod.namespace}/{pod.name}"
     if name not in group.pods:
         group.pods.append(name)
-    if known_model(pod.serve) not in group.models:
-        group.models.append(known_model(pod.serve))
+    if disk.model not in group.models:
+        group.models.append(disk.model)
     return None
 
 
@@ -326,20 +335,21 @@ def _other_writers(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmP
             label += f" (container {pod.container})"
         mounts = pod_mounts(pod.raw, pod.container, claims=claims)
         model_unknown = known_model(pod.serve) is None or bool(unevaluated_in(pod.serve.model, pod.serve.unevaluated))
-        dark = _unknown_disk(kube, pod, cache)
-        if dark is not None:
+        lmcache_model = None if model_unknown else pod.serve.model
+        dark = unknown_disks(kube, pod, cache)
+        tier_models = {t.store: t.model for t in pod.engine.file_tiers(pod.serve, pod.layout)}
+        for store, why in dark.items():
             # where it writes cannot be told: any storage it mounts may hold its files
-            maybe += [(m.identity, m.base, label, None if model_unknown else pod.serve.model,
-                       dark) for m in mounts]
-            continue
-        disk = _disk(kube, pod, cache)
-        if disk is None:
-            continue
-        for path in disk.paths:
-            verdict = check_root(path, mounts)
-            if verdict.ok and verdict.mount is not None and verdict.volume_path is not None:
-                writers.append((verdict.mount.identity, verdict.volume_path, label,
-                                None if model_unknown else pod.serve.model))
+            model = lmcache_model if store == STORE else tier_models.get(store)
+            maybe += [(store, m.identity, m.base, label, model, why) for m in mounts]
+        for disk in pod_disks(kube, pod, cache):
+            if disk.store in dark:
+                continue
+            model = lmcache_model if disk.store == STORE else disk.model
+            for path in disk.paths:
+                verdict = check_root(path, mounts)
+                if verdict.ok and verdict.mount is not None and verdict.volume_path is not None:
+                    writers.append((disk.store, verdict.mount.identity, verdict.volume_path, label, model))
     return writers, maybe
 
 
@@ -353,46 +363,49 @@ def _group_calls(group: _Group, pods: Sequence[VllmPod], mounted: Sequence[_Moun
     root = choices[0].root
     others = tuple(sorted({n for ident, base, n in mounted
                            if may_share(ident, base, group.identity, group.volume_path)}))
+    kind = group.kind
     users = _disk_users(group, others, writers, maybe, stand_ins)
     common = dict(namespace=group.namespace, setting=group.setting, root=root, volume=group.label,
-                  choices=choices, targeted=tuple(group.pods), others=others)
-    if hold(users, given=False) is None:
-        return [DiskCall(scope="store", model=None, prefixes=(), **common)]  # type: ignore[arg-type]
+                  choices=choices, targeted=tuple(group.pods), others=others, **_kind_fields(kind))
+    if hold(users, given=False) is None and not kind.model_only:
+        return [DiskCall(scope="store", model=None, prefixes=(), **common)]
     calls: list[DiskCall] = []
     for model in group.models:
         if model is None:
             unknown_why = [p.serve.model_unknown for p in pods
                            if f"{p.namespace}/{p.name}" in group.pods and p.serve.model_unknown]
-            # never a per-model call without the model: it would select every '*.pt'
+            # never a per-model call without the model: it would select every file of the kind
+            where = (f"on a volume pods outside the targets mount ({', '.join(others)})" if others else
+                     f"for the {kind.label}, whose other models' files are never deleted")
             calls.append(DiskCall(scope="model", model=None, prefixes=(), blocked=(
                 "the model this pod serves is not known ("
                 + ("; ".join(dict.fromkeys(unknown_why)) if unknown_why else
                    "the command names none, or its --config file could not be read")
-                + "): a per-model deletion is impossible on a volume pods outside the targets mount "
-                f"({', '.join(others)}), so nothing is deleted; make the model known (name it with "
-                "'vllm serve MODEL' or --model in the container's command), or empty the directory from a "
-                "shell in a pod that mounts it"), **common))  # type: ignore[arg-type]
+                + f"): a per-model deletion is impossible {where}, so nothing is deleted; make the model "
+                "known (name it literally in the container's command), or empty the directory from a "
+                "shell in a pod that mounts it"), **common))
             continue
-        held = hold(users, model=model, given=shared, alike=may_write_as)
-        calls.append(DiskCall(scope="model", model=model, prefixes=(file_prefix(model),),
-                              blocked=_disk_hold_message(held, model),
-                              kept=tuple(u.shown() for u in kept(users, model, alike=may_write_as)),
-                              **common))  # type: ignore[arg-type]
+        held = hold(users, model=model, given=shared, alike=kind.alike)
+        prefix = kind.prefix if kind.store != STORE else file_prefix(model)
+        calls.append(DiskCall(scope="model", model=model, prefixes=(prefix or "",),
+                              blocked=_disk_hold_message(held, model, kind.label),
+                              kept=tuple(u.shown() for u in kept(users, model, alike=kind.alike)),
+                              **common))
     return calls
 
 
-def _disk_users(group: _Group, others: Sequence[str], writers: Sequence[tuple[tuple[str, ...], str, str, str | None]],
-                maybe: Sequence[tuple[tuple[str, ...], str, str, str | None, str]], stand_ins: set[str]) -> list[User]:
-    """The pods outside the targets on ``group``'s storage as consent users: LMCache writers
-    there (with their models), pods whose disk directory is unknown (``unsure``), the stand-ins
+def _disk_users(group: _Group, others: Sequence[str], writers: Sequence[_Writer],
+                maybe: Sequence[_Maybe], stand_ins: set[str]) -> list[User]:
+    """The pods outside the targets on ``group``'s storage as consent users: writers of the
+    group's file kind there (with their models), pods whose disk directory is unknown (``unsure``), the stand-ins
     of pods that cannot be seen (namespaces not listed, other claims on the storage) and every
     other pod that mounts it (it writes no LMCache files there: ``serves`` False)."""
     users: list[User] = []
-    for ident, path, name, model in writers:
-        if may_share(ident, path, group.identity, group.volume_path):
+    for store, ident, path, name, model in writers:
+        if store == group.kind.store and may_share(ident, path, group.identity, group.volume_path):
             users.append(User(name, model))
-    for ident, path, name, model, why in maybe:
-        if may_share(ident, path, group.identity, group.volume_path):
+    for store, ident, path, name, model, why in maybe:
+        if store == group.kind.store and may_share(ident, path, group.identity, group.volume_path):
             users.append(User(name, model, unsure=why))
     named = {u.name for u in users}
     for name in others:
@@ -403,22 +416,25 @@ def _disk_users(group: _Group, others: Sequence[str], writers: Sequence[tuple[tu
     return users
 
 
-def _disk_hold_message(held: Hold | None, model: str) -> str | None:
-    """The row's reason for a per-model deletion held back (:func:`kubectl_kvreset.consent.hold`)."""
+def _disk_hold_message(held: Hold | None, model: str, label: str = "LMCache local disk") -> str | None:
+    """The row's reason for a per-model deletion held back (:func:`kubectl_kvreset.consent.hold`);
+    ``label``: the file kind's (:attr:`DiskCall.label`)."""
     if held is None:
         return None
+    files = "LMCache files" if label == "LMCache local disk" else f"{label} files"
     if held.why == "same":
-        return (f"{len(held.users)} pod(s) outside the targets write {model}'s LMCache files to this volume "
+        return (f"{len(held.users)} pod(s) outside the targets write {model}'s {files} to this volume "
                 f"({', '.join(held.names)}): give {SHARED_FLAG} to delete them anyway")
     if held.why == "alike":
-        return (f"pod(s) outside the targets write LMCache files named as {model}'s to this volume "
-                f"({', '.join(u.shown() for u in held.users)}; LMCache writes '/' as '-'), so they cannot be told "
+        how = "LMCache writes '/' as '-'" if files == "LMCache files" else "'/' is written as '-', ranks as '_N'"
+        return (f"pod(s) outside the targets write {files} named as {model}'s to this volume "
+                f"({', '.join(u.shown() for u in held.users)}; {how}), so they cannot be told "
                 f"apart: give {SHARED_FLAG} to delete them too")
     if held.why == "unsure":
-        return (f"pod(s) outside the targets may write LMCache files named as {model}'s to this volume: "
+        return (f"pod(s) outside the targets may write {files} named as {model}'s to this volume: "
                 f"where they write cannot be told ({', '.join(f'{u.shown()[:-1]}: {u.unsure})' for u in held.users)}), "
                 f"and their files cannot be told apart from {model}'s: give {SHARED_FLAG} to delete them too")
-    return (f"{', '.join(held.names)} may write {model}'s LMCache files to this volume (who they are cannot be "
+    return (f"{', '.join(held.names)} may write {model}'s {files} to this volume (who they are cannot be "
             f"seen): give {SHARED_FLAG} to delete them anyway")
 
 
@@ -443,6 +459,9 @@ def _files(doc: Mapping[str, Any], key: str) -> tuple[int | None, int | None]:
 
 
 def _remedy(call: DiskCall) -> str:
+    if call.store != STORE:
+        return (f"delete {call.model}'s files (names matching {call.name_layout}{call.suffix}) under {call.root} from "
+                f"a shell in a pod that mounts {call.volume or 'it'}")
     what = " ".join(f"'{p}*{DISK_SUFFIX}'" for p in call.prefixes) or f"'*{DISK_SUFFIX}'"
     layout = (" (only those whose name goes on with a number after the '@', LMCache's key layout: "
               f"'{call.prefixes[0]}v2@...' is another model's)") if call.prefixes else ""
@@ -459,8 +478,8 @@ def run_disk(kube: Kube, call: DiskCall, *, dry_run: bool = False, timeout_s: fl
     last = StoreResult("failed", unit="files", message="no targeted pod to run the deletion in")
     for choice in call.choices:
         via = f"{call.namespace}/{choice.pod} (exec, container {choice.container})"
-        argv = python_argv(choice.root, call.prefixes, count_only=dry_run, file_suffix=DISK_SUFFIX,
-                           layout=disk_name_regex() if call.prefixes else None, model_only=call.scope == "model")
+        argv = python_argv(choice.root, call.prefixes, count_only=dry_run, file_suffix=call.suffix,
+                           layout=call.name_layout if call.prefixes else None, model_only=call.scope == "model")
         try:
             res = kube.exec_command(call.namespace, choice.pod, choice.container, argv, timeout_s=timeout_s)
         except KubeApiError as exc:
@@ -490,7 +509,13 @@ def _outcome(call: DiskCall, choice: ExecChoice, res: Any, via: str, dry_run: bo
     before, bytes_before = _files(doc, "before")
     if doc.get("missing"):
         # LMCache creates every local_disk directory when its backend starts
-        # (lmcache/v1/config_base.py::_parse_local_disk), so a missing one is not read as empty
+        # (lmcache/v1/config_base.py::_parse_local_disk), so a missing one is not read as empty; so
+        # does SGLang's HiCacheFile (srt/mem_cache/hicache_storage.py)
+        if call.store != STORE:
+            message = (f"{choice.root} does not exist in {choice.pod}: nothing deleted, and not confirmed empty (the "
+                       f"server creates its {call.label} directory when it starts, so it may write to another one)")
+            return StoreResult("planned" if dry_run else "unconfirmed", 0, None if not dry_run else 0, "files", via,
+                               message)
         message = (f"{choice.root} does not exist in {choice.pod}: nothing deleted, and not confirmed empty (LMCache "
                    "creates it when its local disk backend starts, so it may write to another directory than the "
                    "configuration names, or has not started yet)")
@@ -501,7 +526,8 @@ def _outcome(call: DiskCall, choice: ExecChoice, res: Any, via: str, dry_run: bo
         notes.append(f"{bytes_before} bytes before")
     kept, _ = _files(doc, "others")
     if kept and call.prefixes:
-        notes.append(f"{kept} other file(s) under {choice.root} kept (other models, or not LMCache's)")
+        whose = "not LMCache's" if call.store == STORE else f"not of {call.model}'s server"
+        notes.append(f"{kept} other file(s) under {choice.root} kept (other models, or {whose})")
     if dry_run:
         return StoreResult("planned", before, before, "files", via, "; ".join(notes) or None)
     after, _ = _files(doc, "after")
@@ -516,8 +542,8 @@ def _outcome(call: DiskCall, choice: ExecChoice, res: Any, via: str, dry_run: bo
             notes.insert(0, "the exec stream ended without an exit status after the deletion reported 0 files left: "
                             "not confirmed (run again to confirm)")
             return StoreResult("unconfirmed", before, after, "files", via, "; ".join(notes))
-        if before:
-            notes.append(INDEX_NOTE)
+        if before and call.index_note:
+            notes.append(call.index_note)
         return StoreResult("emptied", before, after, "files", via, "; ".join(notes) or None)
     notes.insert(0, f"{after if after is not None else 'an unknown number of'} file(s) are left under {choice.root}")
     return StoreResult("left", before, after, "files", via, "; ".join(notes))
@@ -534,7 +560,7 @@ def disk_row(call: DiskCall, outcome: StoreResult | None = None) -> dict[str, An
         before, after = outcome.before, outcome.after
     return {
         "namespace": call.namespace,
-        "store": STORE,
+        "store": call.store,
         "address": call.setting,
         "resolved": f"volume {call.volume}" if call.volume else "no volume",
         "scope": f"model {call.model or '(unknown)'}" if call.scope == "model" else "store",

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..stores.calls import StoreCall
-from .storedisk import STORE as DISK_STORE
 from .storedisk import DiskCall
 
 __all__ = ["PodKey", "StoreDone", "scope_text"]
@@ -51,8 +50,8 @@ class StoreDone:
     @property
     def store(self) -> str:
         """The ``STORE`` cell: the store kind (``redis``, ``mooncake-master``...) or
-        ``lmcache-disk``."""
-        return DISK_STORE if isinstance(self.target, DiskCall) else self.target.store.kind.value
+        the file kind of a deletion (``lmcache-disk``, ``hicache-file``)."""
+        return self.target.store if isinstance(self.target, DiskCall) else self.target.store.kind.value
 
     @property
     def address(self) -> str | None:

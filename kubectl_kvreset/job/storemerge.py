@@ -53,7 +53,7 @@ def with_store_results(outcome: Outcome, plan: Plan, done: Sequence[StoreDone]) 
             # LMCache's local disk (job/storedisk.py): emptied, or gone with its replaced pod's emptyDir
             if d.result not in ("emptied", "replaced"):
                 continue
-            name = LMCACHE_DISK_ROW
+            name = d.store   # lmcache-disk, or an engine file tier's store (hicache-file)
         elif d.result == "emptied" or (d.result == "replaced" and d.store == LMCACHE_SERVER_ROW):
             # an LMCache server (lm://) is emptied only by the restart of its pod (--fallback restart)
             name = _TIER_STORE.get(d.store, d.store)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from ..pool import Cancel
 from ..report import ExitCode, Report
 from .execute import Events, preview_fs, run
-from .others import store_calls_named
+from .others import router_notes, store_calls_named
 from .outcome import Outcome, plan_report, with_lmcache_clears, with_store_results
 from .planning import ClearOptions, Plan, plan, replan
 from .resetconsent import reset_holds, reset_reaches
@@ -171,7 +171,8 @@ def execute(job: ClearJob, cancel: Cancel | None = None, *, progress: Callable[[
         verifier.finish()
         outcome = with_verification(outcome, verifier, the_plan.scope.namespace)
     report = ChainedReport([outcome.report, store_rows])
-    return Cleared(outcome, store_rows, report, list(outcome.notes), interrupted=cancel.is_set())
+    notes = list(outcome.notes) + router_notes(the_plan.scope.kube, the_plan.scope.pods)
+    return Cleared(outcome, store_rows, report, notes, interrupted=cancel.is_set())
 
 
 def clear(scope: Scope, options: ClearOptions, cancel: Cancel | None = None, *,

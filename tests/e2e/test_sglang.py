@@ -2,7 +2,9 @@
 lists them with engine ``sglang``, role, port and tiers; ``clear`` sends ``POST
 /flush_cache?timeout=<--busy-timeout>`` and empties the radix cache; a busy server is waited for
 within the busy timeout; an admin key taken from a Secret is sent and never printed (``-v 9``);
-with ``--dp-size 2`` a 200 is never ``emptied``; a HiCache storage tier is ``left``."""
+with ``--dp-size 2`` a 200 is never ``emptied``; HiCache's file backend loses the target's pages
+alone (another model's on the same claim stay; the same model's written by a pod outside the
+targets need ``--shared-stores``); another storage backend is ``left``."""
 
 from __future__ import annotations
 
@@ -136,9 +138,9 @@ def test_dp_rank_busy_is_never_emptied(sim: Any, tmp_path: Path) -> None:
     assert snap["radix_tokens"][0] == 0 and snap["radix_tokens"][1] > 0
 
 
-def test_hicache_storage_tier_is_left(sim: Any, tmp_path: Path) -> None:
+def test_hicache_storage_on_another_backend_is_left(sim: Any, tmp_path: Path) -> None:
     dep = build.deployment("sgl", [_container(["--port", "30000", "--enable-hierarchical-cache",
-                                               "--hicache-storage-backend", "file"])], namespace=NS)
+                                               "--hicache-storage-backend", "mooncake"])], namespace=NS)
     cluster = sim([_write(tmp_path, [dep])], namespace=NS)
     code, rows, err = cluster.run_json("detect", "-n", NS)
     assert code == 0, err
@@ -147,9 +149,79 @@ def test_hicache_storage_tier_is_left(sim: Any, tmp_path: Path) -> None:
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
     (row,) = _rows(rows, "CacheReset")
     text = json.dumps(row)
-    assert row["result"] != "emptied" and "/hicache/storage-backend/clear" in text, row
+    assert code != 0 and row["result"] != "emptied" and "/hicache/storage-backend/clear" in text, row
     (snap,) = _sglang_ports(cluster).values()
     assert snap["cached_tokens"] == 0 and snap["host_tokens"] == [0] and snap["storage_tokens"][0] > 0
+
+
+FILES = "/mnt/hicache"
+
+
+def _hicache(name: str, served: str, claim: str = "hicache", *, extra: list[str] | None = None) -> dict[str, Any]:
+    """A Deployment of SGLang with HiCache's file backend on ``FILES`` of the claim ``claim``."""
+    c = _container(["--served-model-name", served, "--port", "30000", "--enable-hierarchical-cache",
+                    "--hicache-storage-backend", "file", *(extra or [])],
+                   [{"name": "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR", "value": FILES}])
+    c["volumeMounts"] = [{"name": "files", "mountPath": FILES}]
+    return build.deployment(name, [c], namespace=NS, volumes=[build.pvc_volume("files", claim)])
+
+
+def _claim(name: str = "hicache") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": NS},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}}
+
+
+def _pages(cluster: SimCluster, claim: str = "hicache") -> list[str]:
+    d = cluster.tmp / "state" / "pvc" / NS / claim
+    return sorted(p.name for p in d.iterdir() if p.name.endswith(".bin")) if d.is_dir() else []
+
+
+def test_hicache_file_pages_of_the_target_go_and_another_models_stay(sim: Any, tmp_path: Path) -> None:
+    cluster = sim([_write(tmp_path, [_claim(), _hicache("sgl-a", "org/model-a"), _hicache("sgl-b", "model-b")])],
+                  namespace=NS)
+    before = _pages(cluster)
+    assert len([n for n in before if n.endswith("_org-model-a_0_1.bin")]) == 4, before
+    assert len([n for n in before if n.endswith("_model-b_0_1.bin")]) == 4, before
+    code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/sgl-a", "--yes")
+    assert code == 0, (err, rows)
+    (reset,) = _rows(rows, "CacheReset")
+    assert reset["result"] == "emptied" and reset["shared"] == "emptied by clear-store", reset
+    (store,) = _rows(rows, "StoreClear")
+    assert (store["store"], store["scope"], store["result"], store["before"], store["after"]) == (
+        "hicache-file", "model org-model-a", "emptied", 4, 0), store
+    assert store["other_pods"] and store["kept_pods"], store
+    after = _pages(cluster)
+    assert after == [n for n in before if n.endswith("_model-b_0_1.bin")], after
+    snaps = {name.split("-")[1]: s for name, s in _sglang_ports(cluster).items()}
+    assert snaps["a"]["storage_tokens"] == [0] and snaps["b"]["storage_tokens"][0] > 0, snaps
+
+
+def test_hicache_file_pages_written_by_a_pod_outside_the_targets_need_consent(sim: Any, tmp_path: Path) -> None:
+    cluster = sim([_write(tmp_path, [_claim(), _hicache("sgl-a", "model-a"), _hicache("sgl-twin", "model-a")])],
+                  namespace=NS)
+    before = _pages(cluster)
+    code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/sgl-a", "--yes")
+    assert code != 0, (err, rows)
+    (reset,) = _rows(rows, "CacheReset")
+    assert reset["result"] != "emptied" and reset["shared"] == "left", reset
+    (store,) = _rows(rows, "StoreClear")
+    assert store["result"] == "left" and "--shared-stores" in store["message"], store
+    assert _pages(cluster) == before
+    code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/sgl-a", "--yes", "--shared-stores")
+    assert code == 0, (err, rows)
+    assert _pages(cluster) == []
+
+
+def test_hicache_file_pages_in_a_system_directory_are_left(sim: Any, tmp_path: Path) -> None:
+    dep = build.deployment("sgl", [_container(["--port", "30000", "--enable-hierarchical-cache",
+                                               "--hicache-storage-backend", "file"])], namespace=NS)
+    cluster = sim([_write(tmp_path, [dep])], namespace=NS)
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
+    assert code != 0, (err, rows)
+    (reset,) = _rows(rows, "CacheReset")
+    assert reset["result"] != "emptied" and reset["shared"] == "left", reset
+    (store,) = _rows(rows, "StoreClear")
+    assert store["store"] == "hicache-file" and store["result"] == "left" and "/tmp/hicache" in json.dumps(store)
 
 
 def test_wait_idle_reads_sglang_gauges(sim: Any, tmp_path: Path) -> None:
@@ -162,3 +234,21 @@ def test_wait_idle_reads_sglang_gauges(sim: Any, tmp_path: Path) -> None:
     assert row["result"] == "emptied" and "still busy" not in err, (row, err)
     (snap,) = _sglang_ports(cluster).values()
     assert snap["flush_queries"] == ["timeout=0"], snap  # idle by then: the first flush needed no wait
+
+
+def test_a_cache_aware_router_is_named_after_the_clear(sim: Any, tmp_path: Path) -> None:
+    dep = build.deployment("sgl", [_container(["--port", "8000"])], namespace=NS)
+    router = build.deployment("router", [{"name": "router", "image": "lmsysorg/sglang-router:v0.3.2",
+                                          "command": ["python3", "-m", "sglang_router.launch_router"],
+                                          "args": ["--host", "0.0.0.0", "--port", "8000", "--worker-urls",
+                                                   "http://sgl:8000"]}], namespace=NS)
+    rr = build.deployment("rr", [{"name": "router", "image": "lmsysorg/sglang-router:v0.3.2",
+                                  "command": ["smg", "launch", "--policy", "round_robin"]}], namespace=NS)
+    cluster = sim([_write(tmp_path, [dep, router, rr])], namespace=NS)
+    code, rows, err = cluster.run_json("detect", "-n", NS)
+    assert code == 0 and [r["engine"] for r in _rows(rows, "VllmPod")] == ["sglang"], (rows, err)
+    assert f"sglang-router {NS}/deployment/router (policy cache_aware)" in err and "rr" not in err, err
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
+    assert code == 0, (rows, err)
+    assert [r["result"] for r in _rows(rows, "CacheReset")] == ["emptied"]
+    assert "now cold: restart the router for cold routing" in err and "deployment/rr" not in err, err

@@ -269,6 +269,81 @@ def test_router_flush(cluster: SimCluster) -> None:
     assert code == 206 and doc["successful"] == [] and len(doc["failed"]) == 1
 
 
+# ------------------------------------------------------------------------------ the plugin
+
+
+def _resets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("kind") == "CacheReset"]
+
+
+def test_detect_names_every_real_sglang_pod_with_its_port_and_version(cluster: SimCluster) -> None:
+    code, rows, err = cluster.run_json("detect", "-n", NS)
+    assert code == 0, err
+    found = {r["pod"].rsplit("-", 2)[0]: r for r in rows if r.get("engine") == "sglang"}
+    assert set(found) == {"sgl-open", "sgl-key", "sgl-dp", "sgl-hicache"}, rows
+    assert all(r["ports"] == [PORT] and r["version"] == "0.5.23" for r in found.values()), found
+    assert found["sgl-open"]["tiers"] == ["gpu"] and found["sgl-hicache"]["tiers"] == ["gpu", "cpu", "shared"]
+
+
+def test_clear_empties_the_real_server(cluster: SimCluster) -> None:
+    ids = PROMPT[2:32]
+    _cached(cluster, "sgl-open", ids)
+    assert _cached(cluster, "sgl-open", ids) > 0
+    code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/sgl-open", "--yes")
+    assert code == 0, (rows, err)
+    (row,) = _resets(rows)
+    assert (row["engine"], row["port"], row["gpu"], row["result"]) == ("sglang", PORT, "emptied", "emptied"), row
+    assert _cached(cluster, "sgl-open", ids) == 0
+
+
+def test_clear_while_a_generation_runs_is_busy_then_emptied_once_it_ends(cluster: SimCluster) -> None:
+    ids = PROMPT[3:33]
+    _cached(cluster, "sgl-open", ids)
+    busy = _Busy(cluster, "sgl-open")
+    # --busy-timeout 0: ?timeout=0, the server refuses at once while the generation runs
+    code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/sgl-open", "--yes", "--busy-timeout", "0")
+    (row,) = _resets(rows)
+    assert code != 0 and row["result"] == "busy", (code, row, err)
+    assert not busy.done.is_set(), "the generation ended before the second clear started"
+    code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/sgl-open", "--yes", "--busy-timeout", "150",
+                                       timeout=300)
+    assert busy.done.is_set(), "the flush answered before the generation ended"
+    (row,) = _resets(rows)
+    assert code == 0 and row["result"] == "emptied", (code, row, err)
+    busy.join()
+    assert _cached(cluster, "sgl-open", ids) == 0   # the prompt warmed before the refusal is gone too
+
+
+def test_clear_sends_the_admin_key_read_from_the_pod_and_never_prints_it(cluster: SimCluster) -> None:
+    ids = PROMPT[4:34]
+    _cached(cluster, "sgl-key", ids)
+    assert _cached(cluster, "sgl-key", ids) > 0
+    done = cluster.run("clear", "-n", NS, "deployment/sgl-key", "--yes", "-v", "9", "-o", "json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = _resets(json.loads(done.stdout))
+    assert row["result"] == "emptied", row
+    assert KEY not in done.stdout + done.stderr
+    assert _cached(cluster, "sgl-key", ids) == 0
+    for fmt in ("wide", "yaml", "json"):
+        again = cluster.run("detect", "-n", NS, "-v", "9", "-o", fmt)
+        assert again.returncode == 0 and KEY not in again.stdout + again.stderr, again.stderr[-2000:]
+
+
+def test_clear_with_one_dp_rank_busy_never_says_emptied(cluster: SimCluster) -> None:
+    ids = PROMPT[6:36]
+    for rank in (0, 1, 1):
+        _cached(cluster, "sgl-dp", ids, rank=rank)
+    assert _cached(cluster, "sgl-dp", ids, rank=1) > 0
+    busy = _Busy(cluster, "sgl-dp", rank=1)
+    code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/sgl-dp", "--yes", "--busy-timeout", "1")
+    assert not busy.done.is_set(), "the generation on rank 1 ended before the clear did"
+    busy.join()
+    (row,) = _resets(rows)
+    assert code != 0 and row["result"] in ("unconfirmed", "busy"), (code, row, err)
+    assert row["gpu"] != "emptied", row
+    assert _cached(cluster, "sgl-dp", ids, rank=1) > 0   # the busy rank kept its cache
+
+
 # ------------------------------------------------------------------------------ recording
 
 

@@ -22,7 +22,14 @@ answered them):
   ``meta_info.cached_tokens`` (with ``--enable-cache-report``): 0 the first time a prompt is seen on
   a rank, its tokens minus one after (a token is a word or an id here); ``cached_tokens_details``
   ``{"device", "host"}``, null when nothing was cached.
-* ``POST /hicache/storage-backend/clear`` without a storage backend: 400, body :data:`CLEARED`.
+* ``POST /hicache/storage-backend/clear`` without a storage backend: 400, body :data:`CLEARED`;
+  with the file backend (admin key when set) every ``*.bin`` of its directory is deleted, every
+  model's (``mem_cache/hicache_storage.py`` ``HiCacheFile.clear``), 200 :data:`CLEARED`.
+* The file backend (``--hicache-storage-backend file``): the pod gives the host directory of
+  ``SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR`` (default ``/tmp/hicache``); the fake writes
+  ``warm_storage_files`` page files there at start, named as 0.5.23 names them
+  (``<sha256 hex>_<served model, / as ->_<tp rank>_<tp size>.bin``), and its storage tier holds 8
+  tokens per such file present, so a deletion from outside empties it.
 * ``GET /metrics`` (with ``--enable-metrics``): ``sglang:cached_tokens_total{cache_source=...}``
   (counters), ``sglang:num_running_reqs``, ``sglang:num_queue_reqs`` (gauges, per ``dp_rank``).
 
@@ -38,11 +45,13 @@ rank 0 is a repeat: it reports its tokens minus one cached).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -79,6 +88,8 @@ class SglangArgs:
     cache_report: bool = False
     metrics: bool = False
     tls: bool = False
+    tp_size: int = 1
+    extra_config: str | None = None
     argv: tuple[str, ...] = field(default=(), repr=False)
 
 
@@ -119,7 +130,8 @@ def sglang_args(argv: Sequence[str] | None) -> SglangArgs | None:
         if not w.startswith("--"):
             continue
         key, eq, value = w[2:].partition("=")
-        key = {"model": "model-path", "dp": "dp-size"}.get(key.replace("_", "-"), key.replace("_", "-"))
+        key = {"model": "model-path", "dp": "dp-size", "tp": "tp-size"}.get(key.replace("_", "-"),
+                                                                          key.replace("_", "-"))
         if eq:
             flags[key] = value
         elif key not in _BOOLEAN and i < len(rest) and not rest[i].startswith("--"):
@@ -133,6 +145,7 @@ def sglang_args(argv: Sequence[str] | None) -> SglangArgs | None:
         dp_size=int(flags.get("dp-size") or 1), api_key=flags.get("api-key"), admin_key=flags.get("admin-api-key"),
         hicache="enable-hierarchical-cache" in flags, storage_backend=flags.get("hicache-storage-backend"),
         cache_report="enable-cache-report" in flags, metrics="enable-metrics" in flags,
+        tp_size=int(flags.get("tp-size") or 1), extra_config=flags.get("hicache-storage-backend-extra-config"),
         tls=bool(flags.get("ssl-certfile") or flags.get("ssl-keyfile")), argv=tuple(words))
 
 
@@ -171,8 +184,10 @@ class FakeSGLang:
     replaceable for tests."""
 
     def __init__(self, args: SglangArgs, overrides: dict[str, Any] | None = None, *, version: str = VERSION,
-                 clock: Any = time.monotonic, sleep: Any = time.sleep) -> None:
+                 clock: Any = time.monotonic, sleep: Any = time.sleep, storage_dir: Path | None = None,
+                 seed: str = "") -> None:
         ov = dict(overrides or {})
+        self.storage_dir = storage_dir if args.hicache and args.storage_backend == "file" else None
         self.args = args
         self.port = args.port
         self.version = version
@@ -190,6 +205,26 @@ class FakeSGLang:
         self.flush_calls = 0
         self.flush_queries: list[str] = []
         self.auth_seen: list[str] = []
+        if self.storage_dir is not None:
+            self.storage_dir.mkdir(parents=True, exist_ok=True)   # HiCacheFile creates it at start
+            for i in range(0 if ov.get("cold") else int(ov.get("warm_storage_files", 4))):
+                key = hashlib.sha256(f"{seed}/{i}".encode()).hexdigest()
+                (self.storage_dir / f"{key}{self.file_suffix}").write_bytes(b"\0" * 64)
+
+    @property
+    def file_suffix(self) -> str:
+        """``_<model>_<tp rank 0>_<tp size>.bin``: what this server's page files end with."""
+        name = "-".join((self.args.served_model_name or self.args.model or "").split("/"))
+        return f"_{name}_0_{self.args.tp_size}.bin"
+
+    def _storage(self, rank: _Rank) -> int:
+        """Tokens in the storage tier: 8 per page file of this server present, with the file backend."""
+        if self.storage_dir is None:
+            return rank.storage
+        try:
+            return 8 * sum(1 for f in self.storage_dir.iterdir() if f.name.endswith(self.file_suffix))
+        except OSError:
+            return 0
 
     # ------------------------------------------------------------------ state
     def snapshot(self) -> dict[str, Any]:
@@ -199,7 +234,7 @@ class FakeSGLang:
             radix = [r.tokens() for r in self.ranks]
             return {"role": "sglang", "version": self.version, "dp_size": len(self.ranks),
                     "radix_tokens": radix, "host_tokens": [r.host for r in self.ranks],
-                    "storage_tokens": [r.storage for r in self.ranks], "cached_tokens": sum(radix),
+                    "storage_tokens": [self._storage(r) for r in self.ranks], "cached_tokens": sum(radix),
                     "prefix_cache_blocks": sum(radix), "offload_cpu_blocks": sum(r.host for r in self.ranks),
                     "reset_calls": self.flush_calls, "flush_queries": list(self.flush_queries),
                     "auth_seen": list(self.auth_seen), "reset_mm_calls": 0, "reset_encoder_calls": 0,
@@ -230,6 +265,13 @@ class FakeSGLang:
             return _json(200, {"model_path": self.args.model, "is_generation": True})
         if path == "/hicache/storage-backend/clear" and method == "POST" and not self.args.storage_backend:
             return _text(400, CLEARED)  # without a storage backend: 400, and yet the "cleared." body
+        if path == "/hicache/storage-backend/clear" and method == "POST" and self.storage_dir is not None:
+            if not self._authorized(headers, self.args.admin_key or self.args.api_key):
+                return _json(401, {"error": "Unauthorized"})
+            for f in list(self.storage_dir.iterdir()):
+                if f.name.endswith(".bin"):
+                    f.unlink(missing_ok=True)   # every model's files (HiCacheFile.clear)
+            return _text(200, CLEARED)
         if path == "/metrics" and method == "GET":
             if not self.args.metrics:
                 return _json(404, {"detail": "Not Found"})

@@ -60,6 +60,7 @@ Per-pod ``overrides`` (all optional; the scenario file passes them through):
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shlex
 import threading
@@ -289,7 +290,9 @@ class PodRuntime(PodTiers):
                     self.notes.append(f"port {sglang.port} of {name} already taken")
                 else:
                     ports[sglang.port] = FakeSGLang(sglang, self._cache_overrides(name),
-                                                    version=str(ctx.overrides.get("sglang_version") or SGLANG_VERSION))
+                                                    version=str(ctx.overrides.get("sglang_version") or SGLANG_VERSION),
+                                                    storage_dir=self._sglang_files(c, env, sglang),
+                                                    seed=f"{ctx.uid}/{name}")
                 return
             if _mentions_vllm(c):
                 self._apply_dev_override(env)
@@ -302,6 +305,21 @@ class PodRuntime(PodTiers):
                 self._servers.append(_Server(name, serve, binds, env, image))
         except Exception as exc:  # noqa: BLE001
             self.notes.append(f"container {name}: {type(exc).__name__}: {exc}")
+
+    def _sglang_files(self, c: dict[str, Any], env: dict[str, str], sglang: Any) -> Path | None:
+        """The host directory of an SGLang file backend's pages (``HiCacheFile``'s order: the env
+        variable, the extra config's ``file_storage_path``, ``/tmp/hicache``), or None."""
+        if not (sglang.hicache and sglang.storage_backend == "file"):
+            return None
+        path = env.get("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR")
+        if not path and sglang.extra_config:
+            try:
+                path = (json.loads(sglang.extra_config) or {}).get("file_storage_path")
+            except (ValueError, AttributeError):
+                path = None
+        path = str(path or "/tmp/hicache")
+        host = container_host_path(path, volume_binds(c, self.ctx.volume_dirs), self.ctx.shm_dir)
+        return host if host is not None else self.ctx.work_dir / "rootfs" / path.lstrip("/")
 
     def _override_ports(self, containers: list[dict[str, Any]]) -> None:
         """The ``ports`` override (not sandboxed): one server on exactly those ports."""

@@ -110,6 +110,10 @@ def test_hicache_tiers() -> None:
     assert [t.kind for t in layout.tiers] == [TierKind.GPU, TierKind.CPU, TierKind.SHARED]
     resets = ENGINE.tier_resets(layout, None)
     assert resets is not None and [r.emptied for r in resets] == [True, True, False]
+    assert "the store step deletes this server's files" in resets[2].reason
+    cfg = _cfg(["sglang", "serve", "--enable-hierarchical-cache", "--hicache-storage-backend", "mooncake"])
+    resets = ENGINE.tier_resets(ENGINE.kv_layout(cfg, {}), None)
+    assert resets is not None and [r.emptied for r in resets] == [True, True, False]
     assert "/hicache/storage-backend/clear" in resets[2].reason and "every model" in resets[2].reason
     cfg = _cfg(["sglang", "serve", "--enable-hierarchical-cache"])
     assert [t.kind for t in ENGINE.kv_layout(cfg, {}).tiers] == [TierKind.GPU, TierKind.CPU]

@@ -8,12 +8,14 @@ The flags (sglang ``python/sglang/srt/server_args.py``, ``ServerArgs.add_cli_arg
 (default 30000), ``--host``, ``--model-path``/``--model``, ``--served-model-name``,
 ``--dp-size``/``--dp``/``--data-parallel-size``, ``--api-key``, ``--admin-api-key``,
 ``--enable-hierarchical-cache``, ``--hicache-storage-backend``, ``--enable-cache-report``,
-``--enable-metrics``, ``--ssl-certfile``/``--ssl-keyfile``. argparse reads ``_`` and ``-`` alike
+``--enable-metrics``, ``--ssl-certfile``/``--ssl-keyfile``, ``--tp-size``, ``--pp-size``,
+``--hicache-storage-backend-extra-config`` (a JSON object). argparse reads ``_`` and ``-`` alike
 only where sglang declares both; both spellings are accepted here, and the last occurrence wins.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +26,8 @@ from ..argv import python_module
 from ..base import ServeConfig, ServerCommandError
 from ..k8senv import env_sources, kubernetes_expand, sourced_reason
 
-__all__ = ["DEFAULT_PORT", "KeySource", "SglangConfig", "parse_container", "sglang_entrypoint"]
+__all__ = ["DEFAULT_PORT", "FILE_DIR_DEFAULT", "FILE_DIR_ENV", "KeySource", "SglangConfig", "parse_container",
+           "sglang_entrypoint"]
 
 #: ``--port``'s default (``ServerArgs.port``).
 DEFAULT_PORT = 30000
@@ -38,7 +41,13 @@ _BOOLEAN = frozenset({
 })
 
 _ALIASES = {"model": "model-path", "dp": "dp-size", "data-parallel-size": "dp-size",
-            "tp": "tp-size", "tensor-parallel-size": "tp-size"}
+            "tp": "tp-size", "tensor-parallel-size": "tp-size",
+            "pp": "pp-size", "pipeline-parallel-size": "pp-size"}
+
+#: The file backend's directory: this env variable, else ``file_storage_path`` of the extra
+#: config, else ``/tmp/hicache`` (sglang ``srt/mem_cache/hicache_storage.py`` ``HiCacheFile``).
+FILE_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
+FILE_DIR_DEFAULT = "/tmp/hicache"
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,14 @@ class SglangConfig(ServeConfig):
         metrics: ``--enable-metrics`` (``/metrics``).
         api_key: the ``--api-key`` source, or None.
         admin_key: the ``--admin-api-key`` source, or None.
+        tp_size: ``--tp-size`` (1 by default); pp_size: ``--pp-size`` (1 by default).
+        storage_dir: with the ``file`` storage backend, the directory its files are written to
+            (:data:`FILE_DIR_ENV`, else the extra config's ``file_storage_path``, else
+            :data:`FILE_DIR_DEFAULT`), None otherwise or when it cannot be read
+            (``storage_dir_unknown`` says why).
+        storage_dir_source: where ``storage_dir`` was read (``env SGLANG_...``,
+            ``--hicache-storage-backend-extra-config file_storage_path``, ``default``).
+        storage_dir_unknown: why the file backend's directory is not known, or None.
     """
 
     host: str = "127.0.0.1"
@@ -79,6 +96,11 @@ class SglangConfig(ServeConfig):
     metrics: bool = False
     api_key: KeySource | None = None
     admin_key: KeySource | None = None
+    tp_size: int = 1
+    pp_size: int = 1
+    storage_dir: str | None = None
+    storage_dir_source: str | None = None
+    storage_dir_unknown: str | None = None
 
     @property
     def reset_key(self) -> KeySource | None:
@@ -175,6 +197,33 @@ def _also_vllm(words: list[str], env: Mapping[str, str], sources: Mapping[str, s
         return False
 
 
+def _storage_dir(flags: Mapping[str, str | None], env: Mapping[str, str],
+                 unevaluated: Sequence[tuple[str, str]]) -> tuple[str | None, str | None, str | None]:
+    """``(directory, where it was read, why unknown)`` of the file storage backend, in
+    ``HiCacheFile``'s order: the env variable, the extra config's ``file_storage_path``, the default."""
+    value, source = env.get(FILE_DIR_ENV), f"env {FILE_DIR_ENV}"
+    if not value:
+        raw = flags.get("hicache-storage-backend-extra-config")
+        if raw:
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                return None, None, ("--hicache-storage-backend-extra-config is not a JSON object the plugin can read, "
+                                    "so the file backend's directory is not known")
+            if not isinstance(doc, dict):
+                return None, None, "--hicache-storage-backend-extra-config is not a JSON object"
+            value, source = doc.get("file_storage_path"), "--hicache-storage-backend-extra-config file_storage_path"
+            if value is not None and not isinstance(value, str):
+                return None, None, "file_storage_path of --hicache-storage-backend-extra-config is not a string"
+    if not value:
+        value, source = FILE_DIR_DEFAULT, "default"
+    hidden = [why for literal, why in unevaluated if literal in value]
+    if hidden or "$" in value or not value.startswith("/"):
+        return None, source, (f"the file backend's directory {value!r} ({source}) cannot be evaluated from the pod "
+                              f"spec{': ' + hidden[0] if hidden else ''}")
+    return value, source, None
+
+
 def parse_container(container: Mapping[str, Any], env: Mapping[str, str]) -> SglangConfig | None:
     """The :class:`SglangConfig` of one pod-spec container, or None when it does not start
     SGLang's server (a container without ``command`` runs its ``args`` as the command: SGLang's
@@ -209,6 +258,8 @@ def parse_container(container: Mapping[str, Any], env: Mapping[str, str]) -> Sgl
     flags = _flags(args)
     port = _int_flag(flags, "port", DEFAULT_PORT)
     dp_size = _int_flag(flags, "dp-size", 1)
+    tp_size = _int_flag(flags, "tp-size", 1)
+    pp_size = _int_flag(flags, "pp-size", 1)
     unevaluated.extend(shell.unevaluated)
     notes = list(shell.notes)
     ports: tuple[int, ...] = (port,)
@@ -223,6 +274,11 @@ def parse_container(container: Mapping[str, Any], env: Mapping[str, str]) -> Sgl
         notes.append(f"the SGLang server's flags are not known: {hidden[0][0]} ({hidden[0][1]}) may hold any "
                      "of them (--port, --dp-size, the HiCache flags), so its port and tiers are not established; "
                      "give them literally in the container's command or args")
+    backend = flags.get("hicache-storage-backend") if "enable-hierarchical-cache" in flags else None
+    storage_dir, dir_source, dir_unknown = (_storage_dir(flags, {**env, **cmd_env}, unevaluated)
+                                            if backend == "file" else (None, None, None))
+    if backend == "file" and not ports:
+        storage_dir, dir_unknown = None, "the server's flags are not known"
     return SglangConfig(
         argv=tuple(redact_argv(list(argv))), entrypoint=entrypoint, model=flags.get("model-path"),
         served_model_name=flags.get("served-model-name"), api_ports=ports,
@@ -233,7 +289,8 @@ def parse_container(container: Mapping[str, Any], env: Mapping[str, str]) -> Sgl
         env=dict(cmd_env), unevaluated=tuple(dict.fromkeys(unevaluated)),
         host=flags.get("host") or "127.0.0.1", dp_size=dp_size,
         hierarchical_cache="enable-hierarchical-cache" in flags,
-        storage_backend=flags.get("hicache-storage-backend") if "enable-hierarchical-cache" in flags else None,
+        storage_backend=backend, tp_size=tp_size, pp_size=pp_size, storage_dir=storage_dir,
+        storage_dir_source=dir_source, storage_dir_unknown=dir_unknown,
         cache_report="enable-cache-report" in flags, metrics="enable-metrics" in flags,
         api_key=_key_source("--api-key", flags.get("api-key"), container, sources),
         admin_key=_key_source("--admin-api-key", flags.get("admin-api-key"), container, sources),

@@ -17,22 +17,72 @@ Facts (sgl-project/sglang, ``python/sglang/srt/``):
 * HiCache (``--enable-hierarchical-cache``): the host tier is emptied by the flush; the storage
   tier (``--hicache-storage-backend``) is not. ``POST /hicache/storage-backend/clear`` empties it
   but the file backend deletes every file of its directory, every model's (``mem_cache/hicache_storage.py``),
-  so it is never called here.
+  so it is never called here. The file backend's pages are files named after the served model
+  (:func:`file_name_regex`), so the store step deletes this server's files alone
+  (:meth:`SglangEngine.file_tiers`); other backends' storage is left.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from ...tiers import KVLayout, Tier, TierKind
-from ..base import ConfigReader, Engine, ResetAnswer, ResetOutcome, ServeConfig, TierReset
+from ..base import ConfigReader, Engine, FileTier, ResetAnswer, ResetOutcome, ServeConfig, TierReset
 from .cmdline import SglangConfig, parse_container
 
-__all__ = ["HICACHE_CONNECTOR", "SglangEngine", "storage_left_reason"]
+__all__ = ["FILE_STORE", "HICACHE_CONNECTOR", "SglangEngine", "file_model_name", "file_name_regex",
+           "storage_left_reason"]
+
+#: The store name of the HiCache file backend's pages (the tier's store and the StoreClear row's).
+FILE_STORE = "hicache-file"
+#: What every page file of the file backend ends with (``HiCacheFile._get_suffixed_key`` + ``.bin``).
+FILE_SUFFIX = ".bin"
+#: The page formats a host pool tags the model name with (sglang ``srt/managers/cache_controller.py``
+#: ``storage_model_name``: ``<model>-<tag>``; ``mem_cache/pool_host/unified.py`` is the one that has one).
+FORMAT_TAGS = ("unified-token-major",)
+#: The pools other than the KV pool whose pages a hybrid model stores as ``<key>.<pool>`` (sglang
+#: 0.5.23 ``srt/mem_cache/hicache_storage.py`` ``PoolName``, ``HiCacheFile._log_key``). A pool a
+#: later release adds is not matched: its files are counted as other files, never taken.
+POOLS = ("mamba", "swa", "auxiliary_swa", "indexer", "draft", "draft_indexer", "draft_swa",
+         *(f"deepseek_v4_{c}" for c in ("c1", "c1_indexer", "c1_indexer_scale", "c2", "c2_indexer",
+                                         "c2_indexer_scale", "c4", "c4_indexer", "c4_indexer_scale", "c128",
+                                         "c4_rope", "c128_rope", "c4_state", "c4_indexer_state", "c128_state")))
+
+
+def file_model_name(config: SglangConfig) -> str | None:
+    """The model name in the file backend's page names: the served model name (``--served-model-name``,
+    which defaults to ``--model-path``: sglang ``srt/server_args.py``) with ``/`` made ``-``
+    (``HiCacheFile.__init__``); None when neither is known or a construct was left unevaluated."""
+    name = config.served_model_name or config.model
+    if not name or "$" in name or any(lit in name for lit, _ in config.unevaluated):
+        return None
+    return "-".join(name.split("/"))
+
+
+def file_name_regex(config: SglangConfig) -> str | None:
+    """What the names of this server's page files match in full, ``.bin`` removed (sglang
+    ``srt/mem_cache/hicache_storage.py`` ``HiCacheFile``, observed on 0.5.23 as
+    ``<sha256 hex>_tiny-hc_0_1.bin``): the key (64 hex digits; a hybrid model's other pools add
+    ``.<pool>`` of :data:`POOLS`), ``_<model>`` (with a host pool's
+    format tag), then ``_<tp rank>_<tp size>`` (absent for MLA models, whose pages all ranks
+    share), ``_<pp size>_<pp rank>`` with pipeline parallelism, ``_cp<rank>_<size>`` with attention
+    context parallelism. The ranks are this server's (``--tp-size``, ``--pp-size``), so a model
+    whose name goes on with digits (``m_1_0``) is not taken for ``m``; None without a model."""
+    model = file_model_name(config)
+    if model is None:
+        return None
+    tags = "".join(f"(?:-{re.escape(tag)})?" for tag in FORMAT_TAGS[:1])
+    ranks = "|".join(str(r) for r in range(max(config.tp_size, 1)))
+    tp = f"(?:_(?:{ranks})_{max(config.tp_size, 1)})?"
+    pp = (f"_{config.pp_size}_(?:{'|'.join(str(r) for r in range(config.pp_size))})"
+          if config.pp_size > 1 else "")
+    pools = "|".join(sorted(POOLS, key=len, reverse=True))
+    return f"[0-9a-f]{{64}}(?:\\.(?:{pools}))?_{re.escape(model)}{tags}{tp}{pp}(?:_cp[0-9]+_[0-9]+)?"
 
 #: The connector name of SGLang's HiCache tiers in the layout.
 HICACHE_CONNECTOR = "sglang-hicache"
@@ -90,6 +140,9 @@ class SglangEngine(Engine):
             elif tier.kind is TierKind.CPU:
                 out.append(TierReset(True, "/flush_cache empties the HiCache host pool too "
                                      "(sglang srt/mem_cache/hiradix_cache.py reset)", None))
+            elif tier.store == FILE_STORE:
+                out.append(TierReset(False, "/flush_cache does not delete the file backend's pages: the store step "
+                                     "deletes this server's files (the served model's names) in its directory", None))
             else:
                 out.append(TierReset(False, storage_left_reason(tier.tier_type or "storage"), None))
         return tuple(out)
@@ -112,6 +165,30 @@ class SglangEngine(Engine):
         except InvalidVersion:
             return None
         return Version(parsed.base_version)
+
+    def file_tiers(self, config: ServeConfig, layout: KVLayout) -> tuple[FileTier, ...]:
+        """The file backend's directory (:data:`FILE_STORE`), with this server's page names
+        (:func:`file_name_regex`); ``HiCacheFile`` creates the directory when it starts."""
+        if not isinstance(config, SglangConfig) or config.storage_backend != "file":
+            return ()
+        model = file_model_name(config)
+        unknown = config.storage_dir_unknown
+        where = config.storage_dir or "the file backend's directory"
+        return (FileTier(FILE_STORE, "SGLang HiCache file storage",
+                         f"{where} ({config.storage_dir_source or 'not known'})",
+                         (config.storage_dir,) if config.storage_dir else (), FILE_SUFFIX, model,
+                         file_name_regex(config), unknown),)
+
+    def files_alike(self, other: str, model: str) -> bool:
+        """``other``'s page names may match ``model``'s :func:`file_name_regex`: the same name once
+        ``/`` is made ``-`` (``org/m``, ``org-m``), or ``model`` followed by a format tag or by
+        ``_<digits>`` parts (``m_0_1``, whose MLA pages read as ``m``'s of rank 0 of 1)."""
+        mine, theirs = "-".join(model.split("/")), "-".join(other.split("/"))
+        if other == model:
+            return False
+        tags = "|".join(re.escape(f"-{t}") for t in FORMAT_TAGS)
+        return theirs == mine or re.fullmatch(re.escape(mine) + f"(?:{tags})?(?:_[0-9]+)*(?:_cp[0-9]+_[0-9]+)?",
+                                               theirs) is not None
 
     def busy_query(self, busy_timeout_s: float) -> list[tuple[str, str]]:
         """``timeout`` = the busy timeout: the server waits that long for its requests to end."""

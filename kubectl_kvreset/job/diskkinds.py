@@ -1,0 +1,130 @@
+"""The directories of per-model files that the store step deletes (:mod:`.storedisk`): LMCache's
+local disk (read from the pod's LMCache settings) and each engine's file tiers
+(:meth:`kubectl_kvreset.engines.base.Engine.file_tiers`: SGLang's HiCache file backend).
+
+One :class:`PodDisk` per directory set a pod writes, with what tells its files from other
+models': the name start (LMCache: ``<model with / as ->@``), a regular expression for the rest,
+the rule for models whose files cannot be told apart, and whether a store-wide deletion may
+ever be planned (never for a tier whose names always carry the model: only this server's files go).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..engines.vllm.kvconfig import LMCACHE_CONNECTORS
+from ..engines.vllm.servecmd import known_model, unevaluated_in
+from ..kube import Kube
+from ..pods import VllmPod
+from ..stores.find import pod_config
+from ..stores.lmcache_disk import DISK_SUFFIX, file_prefix, local_disk_of
+from ..stores.lmcachekey import disk_name_regex, may_write_as
+
+__all__ = ["LMCACHE_DISK", "LMCACHE_INDEX_NOTE", "PodDisk", "pod_disks", "unknown_disks"]
+
+#: The ``StoreClear`` store of LMCache's local disk.
+LMCACHE_DISK = "lmcache-disk"
+
+#: Said on LMCache rows that deleted files: what LMCache's running engines still believe.
+LMCACHE_INDEX_NOTE = ("running LMCache engines drop a deleted file from their in-memory index when a read finds it "
+                      "gone (local_disk_backend.py read_file)")
+
+
+@dataclass(frozen=True)
+class PodDisk:
+    """One pod's directories of one file kind.
+
+    Attributes:
+        store: the ``StoreClear`` store (``lmcache-disk``, ``hicache-file``).
+        label: what rows call it (``LMCache local disk``).
+        setting: the directory setting as configured (the row's ADDRESS).
+        paths: the directories, as the pod's server container sees them.
+        suffix: what every file ends with (``.pt``, ``.bin``).
+        model: the model name of the pod's files, None when not known.
+        prefix: the start of the names of the pod's files (``""`` when the expression says it
+            all), None when the model is not known.
+        layout: the expression the rest of a name (after ``prefix``, before ``suffix``) matches
+            in full, or None.
+        model_only: only the pod's own files are ever deleted, even where no other pod mounts
+            the storage (a tier whose names always carry the model).
+        created_by_server: the server creates the directory, so a missing one is not empty.
+        index_note: said on a row that deleted files (what the running servers still believe).
+        alike: ``alike(other, model)``: True when ``other``'s files may be named as ``model``'s.
+    """
+
+    store: str
+    label: str
+    setting: str
+    paths: tuple[str, ...]
+    suffix: str
+    model: str | None
+    prefix: str | None
+    layout: str | None
+    model_only: bool = False
+    created_by_server: bool = True
+    index_note: str | None = None
+    alike: Callable[[str, str], bool] = may_write_as
+
+
+def _lmcache(kube: Kube, pod: VllmPod, cache: dict[Any, Any]) -> PodDisk | None:
+    if not set(LMCACHE_CONNECTORS) & set(pod.layout.connectors):
+        return None
+    env, files, _notes = pod_config(kube, pod, cache)
+    disk = local_disk_of(pod.serve.kv_transfer_config, env, files)
+    if disk is None or not disk.enabled:
+        return None
+    model = known_model(pod.serve)
+    return PodDisk(LMCACHE_DISK, "LMCache local disk", disk.setting, disk.paths, DISK_SUFFIX, model,
+                   file_prefix(model) if model is not None else None, disk_name_regex(),
+                   index_note=LMCACHE_INDEX_NOTE)
+
+
+def pod_disks(kube: Kube, pod: VllmPod, cache: dict[Any, Any]) -> list[PodDisk]:
+    """Every directory set of per-model files ``pod``'s server writes whose place is known: its
+    LMCache local disk (``cache``: the ConfigMaps and Secrets read so far,
+    :func:`~kubectl_kvreset.stores.find.pod_config`), then its engine's file tiers."""
+    out = [d for d in [_lmcache(kube, pod, cache)] if d is not None]
+    engine = pod.engine
+    for tier in engine.file_tiers(pod.serve, pod.layout):
+        if tier.unknown is not None or not tier.paths:
+            continue
+        out.append(PodDisk(tier.store, tier.label, tier.setting, tier.paths, tier.suffix, tier.model,
+                           "" if tier.name_regex is not None else None, tier.name_regex, model_only=True,
+                           created_by_server=tier.created_by_server,
+                           index_note=f"{tier.label}: the server finds a deleted page missing on its next lookup",
+                           alike=engine.files_alike))
+    return out
+
+
+def _lmcache_unknown(kube: Kube, pod: VllmPod, cache: dict[Any, Any]) -> str | None:
+    if not set(LMCACHE_CONNECTORS) & set(pod.layout.connectors):
+        return None
+    env, files, notes = pod_config(kube, pod, cache)
+    unread = [n for n in notes if n.startswith(("envFrom:", "LMCACHE_"))]
+    config = env.get("LMCACHE_CONFIG_FILE")
+    if config and not isinstance(files.get(config), str):
+        unread.append(f"LMCACHE_CONFIG_FILE {config} was not read")
+    disk = local_disk_of(pod.serve.kv_transfer_config, env, files)
+    for path in disk.paths if disk is not None else ():
+        unread += unevaluated_in(path, pod.serve.unevaluated)
+        if "$(" in path or not path.startswith("/"):
+            # a reference the kubelet expands (or a relative path): not the directory it writes
+            unread.append(f"its local disk {path!r} cannot be evaluated from the pod spec")
+    return "; ".join(dict.fromkeys(unread)) if unread else None
+
+
+def unknown_disks(kube: Kube, pod: VllmPod, cache: dict[Any, Any]) -> dict[str, str]:
+    """``store -> why`` for each file kind ``pod`` writes whose directory cannot be told: an
+    LMCache ``local_disk`` that cannot be evaluated from the spec (``file://$(DIR)/``), an
+    ``LMCACHE_CONFIG_FILE`` that was not read, an ``LMCACHE_*`` variable (or ``envFrom`` source)
+    not resolved; an engine file tier whose directory is not known."""
+    out: dict[str, str] = {}
+    why = _lmcache_unknown(kube, pod, cache)
+    if why is not None:
+        out[LMCACHE_DISK] = why
+    for tier in pod.engine.file_tiers(pod.serve, pod.layout):
+        if tier.unknown is not None or not tier.paths:
+            out[tier.store] = tier.unknown or "its directory is not known"
+    return out
