@@ -21,8 +21,8 @@ from packaging.version import Version
 from ..tiers import KVLayout
 
 __all__ = [
-    "ConfigReader", "Engine", "FileTier", "LiveConfig", "ResetAnswer", "ResetOutcome", "ServeConfig",
-    "ServerCommandError", "TierReset",
+    "ConfigReader", "Engine", "EngineMetrics", "FileTier", "LiveConfig", "MetricsParseError", "ResetAnswer",
+    "ResetOutcome", "ServeConfig", "ServerCommandError", "TierReset",
 ]
 
 #: Reads a configuration file a container names (vLLM's ``--config``): ``path -> (yaml_text,
@@ -154,6 +154,35 @@ class TierReset:
     emptied: bool
     reason: str
     remedy: str | None
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """KV-cache figures of one engine (or data-parallel rank) from one ``/metrics`` scrape, as
+    :meth:`Engine.read_metrics` reads it.
+
+    ``engine`` is the engine or rank label (vLLM's ``engine``, ``"0"``; ``""`` where the version has
+    none). ``usage`` is a fraction 0..1 from ``usage_metric`` (vLLM: ``vllm:kv_cache_usage_perc``,
+    or the older ``vllm:gpu_cache_usage_perc`` where only that is exported); ``cpu_offload_usage``
+    is ``vllm:kv_offload_cpu_cache_usage_perc`` (the fraction of the CPU tier pinned by transfers,
+    not occupancy). Counters are token counts since start. None = the family is absent (or, with
+    ``note``, not shown because it would mislead). ``note``: what the row should say about them.
+    """
+
+    engine: str
+    model: str | None
+    usage: float | None
+    usage_metric: str | None
+    cpu_offload_usage: float | None
+    prefix_hits: float | None
+    prefix_queries: float | None
+    external_hits: float | None
+    external_queries: float | None
+    note: str | None = None
+
+
+class MetricsParseError(ValueError):
+    """The ``/metrics`` body is not Prometheus text exposition format."""
 
 
 @dataclass(frozen=True)
@@ -316,6 +345,15 @@ class Engine:
         """One :class:`TierReset` per tier of ``layout`` on ``release``, or None (the default)
         when the reset-effect table of :mod:`kubectl_kvreset.plan` (vLLM's connectors) decides."""
         return None
+
+    def read_metrics(self, text: str) -> list[EngineMetrics]:
+        """The KV-cache figures of one ``GET /metrics`` text, one per engine or rank (``metrics``).
+        ``[]`` by default (the scrape holds none this tool reads).
+
+        Raises:
+            MetricsParseError: the text is not Prometheus text exposition format.
+        """
+        return []
 
     def file_tiers(self, config: ServeConfig, layout: KVLayout) -> tuple[FileTier, ...]:
         """The tiers of ``layout`` this server keeps as per-model files in a directory

@@ -5,7 +5,7 @@ line prints it."""
 from __future__ import annotations
 
 from ..devmode import DevModeReading
-from ..engines.vllm.api import EngineMetrics, MetricsParseError, parse_metrics
+from ..engines.base import EngineMetrics, MetricsParseError
 from ..engines.vllm.imagever import version_mismatch
 from ..otherpods import OtherPod, unsupported_reason
 from ..podapi import ReadAnswer, fetch_metrics
@@ -158,7 +158,7 @@ def error_lines(report: Report) -> list[str]:
 
 def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = None) -> Report:
     """The ``EngineMetrics`` report: one row per pod, port and engine of ``GET /metrics``
-    (parsed by :func:`kubectl_kvreset.engines.vllm.api.parse_metrics`); a port that could not be read
+    (read by the pod's engine, :meth:`~kubectl_kvreset.engines.base.Engine.read_metrics`); a port that could not be read
     or parsed gets one row with the error and exit code 1, as does a pod whose port is set in a
     ``--config`` file that could not be read. A crash-looping pod whose ``VLLM_SERVER_DEV_MODE``
     comes from a ConfigMap or Secret costs one GET per such object
@@ -201,11 +201,11 @@ def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = Non
         error = got.error
         if got.text is not None:
             try:
-                engines = parse_metrics(got.text)
+                engines = pod.engine.read_metrics(got.text)
             except MetricsParseError as exc:
                 error = str(exc)
             if not engines and error is None:
-                error = "no vllm: KV-cache metric in the scrape"
+                error = f"no {pod.engine.name}: KV-cache metric in the scrape"
         if error is not None:
             hint = metrics_500_hint(pod.raw, pod.container) if got.status == 500 else None
             error = f"{error}; {hint}" if hint else error
@@ -216,7 +216,11 @@ def metrics_report(ctx: Scope, max_concurrency: int, cancel: Cancel | None = Non
                         "usage_metric": e.usage_metric, "cpu_offload_usage": e.cpu_offload_usage,
                         "prefix_hits": tokens(e.prefix_hits), "prefix_queries": tokens(e.prefix_queries),
                         "external_hits": tokens(e.external_hits), "external_queries": tokens(e.external_queries),
-                        "error": None})
+                        "error": None, **({"note": e.note} if e.note else {})})
+    if any(r.get("note") for r in report.rows):  # what a figure not shown would have misled about
+        for r in report.rows:
+            r.setdefault("note", None)
+        report.columns = [*report.columns[:-1], Column("NOTE", "note", notes=True), report.columns[-1]]
     return report
 
 

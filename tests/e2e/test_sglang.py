@@ -146,6 +146,7 @@ def test_hicache_storage_on_another_backend_is_left(sim: Any, tmp_path: Path) ->
     assert code == 0, err
     (row,) = _rows(rows, "VllmPod")
     assert row["tiers"] == ["gpu", "cpu", "shared"], row
+    assert any("--hicache-storage-prefetch-policy wait_complete" in n for n in row["notes"]), row
     code, rows, err = cluster.run_json("clear", "-n", NS, "--all")
     (row,) = _rows(rows, "CacheReset")
     text = json.dumps(row)
@@ -252,3 +253,16 @@ def test_a_cache_aware_router_is_named_after_the_clear(sim: Any, tmp_path: Path)
     assert code == 0, (rows, err)
     assert [r["result"] for r in _rows(rows, "CacheReset")] == ["emptied"]
     assert "now cold: restart the router for cold routing" in err and "deployment/rr" not in err, err
+
+
+def test_metrics_shows_the_counters_and_says_why_usage_is_not_shown(sim: Any, tmp_path: Path) -> None:
+    dep = build.deployment("sgl", [_container(["--served-model-name", "tiny", "--port", "8000",
+                                               "--enable-metrics"])], namespace=NS)
+    cluster = sim([_write(tmp_path, [dep])], namespace=NS)
+    code, rows, err = cluster.run_json("metrics", "-n", NS)
+    assert code == 0, (rows, err)
+    (row,) = rows
+    assert row["model"] == "tiny" and row["prefix_hits"] == 0 and row["prefix_queries"] == 0, row
+    assert row["usage"] is None and "sglang:token_usage" in row["note"], row
+    table = cluster.run("metrics", "-n", NS)
+    assert table.returncode == 0 and "NOTE" in table.stdout and "[1]" in table.stdout, table.stdout

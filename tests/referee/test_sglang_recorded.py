@@ -78,12 +78,26 @@ def differences(ex: dict[str, Any], got: tuple[int, str | None, bytes]) -> list[
         missing = wanted - {line.split("{")[0] for line in text.splitlines()}
         if missing:
             diffs.append(f"metrics families missing: {sorted(missing)}")
+        for family in sorted(wanted - missing):   # the label names too (the plugin groups by them)
+            want_labels, got_labels = _label_names(ex["body"], family), _label_names(text, family)
+            if want_labels != got_labels:
+                diffs.append(f"{family} labels {sorted(got_labels)} != {sorted(want_labels)}")
     elif want is not None and isinstance(want, (dict, list)):
         if mine != want:
             diffs.append(f"JSON body {text[:200]!r} != {ex['body'][:200]!r}")
     elif text != ex["body"]:
         diffs.append(f"body {text[:200]!r} != {ex['body'][:200]!r}")
     return diffs
+
+
+def _label_names(text: str, family: str) -> set[frozenset[str]]:
+    """The label-name sets of ``family``'s lines in a metrics text."""
+    out: set[frozenset[str]] = set()
+    for line in text.splitlines():
+        if line.startswith(family + "{"):
+            inner = line[len(family) + 1:line.index("}")]
+            out.add(frozenset(part.split("=", 1)[0] for part in inner.split(",") if part))
+    return out
 
 
 def test_there_is_an_answer_set() -> None:

@@ -203,6 +203,8 @@ class FakeSGLang:
         self._flushing = False
         self._prompt_seen = bool(ov.get("prompt_seen"))
         self.flush_calls = 0
+        self._prompt_tokens = 0
+        self._usage_gauge = 0.0
         self.flush_queries: list[str] = []
         self.auth_seen: list[str] = []
         if self.storage_dir is not None:
@@ -357,6 +359,8 @@ class FakeSGLang:
             cached = tokens - 1 if seen else 0
             rank.seen[text] = tokens
             rank.cached["device"] += cached
+            self._prompt_tokens += tokens
+            self._usage_gauge = min(sum(r.tokens() for r in self.ranks) / 4096.0, 1.0)
         meta: dict[str, Any] = {"prompt_tokens": tokens, "completion_tokens": 1}
         if self.args.cache_report:
             meta["cached_tokens"] = cached
@@ -364,18 +368,35 @@ class FakeSGLang:
         return _json(200, {"text": " ok", "meta_info": meta})
 
     def _metrics(self) -> str:
+        """The families the plugin reads, labelled as 0.5.23 labels them
+        (``srt/observability/metrics_collector.py``): the tokenizer's counters
+        ``sglang:cached_tokens_total{cache_source}`` and ``sglang:prompt_tokens_total`` with
+        ``model_name`` and ``engine_type`` (one series for every rank), the scheduler's gauges with
+        ``tp_rank``, ``pp_rank``, ``moe_ep_rank`` and, with data parallelism, ``dp_rank``. The usage
+        gauges keep the value of the last ``/generate`` (a flush does not set them, as on the real
+        server)."""
+        model = self.args.served_model_name or self.args.model or ""
+        common = f'engine_type="unified",model_name="{model}"'
         lines = ["# TYPE sglang:cached_tokens_total counter"]
         now = self._clock()
         with self._lock:
-            for i, r in enumerate(self.ranks):
-                for source in ("device", "host", "storage"):
-                    lines.append(f'sglang:cached_tokens_total{{cache_source="{source}",dp_rank="{i}"}} '
-                                 f'{float(r.cached[source])}')
+            for source in ("device", "host", "storage"):
+                total = sum(r.cached[source] for r in self.ranks)
+                lines.append(f'sglang:cached_tokens_total{{cache_source="{source}",{common}}} {float(total)}')
+            lines.append("# TYPE sglang:prompt_tokens_total counter")
+            lines.append(f"sglang:prompt_tokens_total{{{common}}} {float(self._prompt_tokens)}")
+
+            def rank_labels(i: int) -> str:
+                dp = f',dp_rank="{i}"' if len(self.ranks) > 1 else ""
+                return f'{common},moe_ep_rank="0",pp_rank="0",tp_rank="0"{dp}'
+
             lines.append("# TYPE sglang:num_running_reqs gauge")
-            lines += [f'sglang:num_running_reqs{{dp_rank="{i}"}} {1.0 if r.busy_left(now) > 0 else 0.0}'
+            lines += [f"sglang:num_running_reqs{{{rank_labels(i)}}} {1.0 if r.busy_left(now) > 0 else 0.0}"
                       for i, r in enumerate(self.ranks)]
             lines.append("# TYPE sglang:num_queue_reqs gauge")
-            lines += [f'sglang:num_queue_reqs{{dp_rank="{i}"}} 0.0' for i in range(len(self.ranks))]
+            lines += [f"sglang:num_queue_reqs{{{rank_labels(i)}}} 0.0" for i in range(len(self.ranks))]
+            lines.append("# TYPE sglang:token_usage gauge")
+            lines += [f"sglang:token_usage{{{rank_labels(i)}}} {self._usage_gauge}" for i in range(len(self.ranks))]
         return "\n".join(lines) + "\n"
 
 

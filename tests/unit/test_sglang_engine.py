@@ -200,3 +200,26 @@ def test_step_code() -> None:
 
     assert step_codes(["POST /flush_cache?timeout=30", "POST /reset_prefix_cache?reset_external=true"]) == [
         "flush", "prefix"]
+
+
+METRICS_0523 = """# TYPE sglang:cached_tokens_total counter
+sglang:cached_tokens_total{cache_source="device",engine_type="unified",model_name="tiny"} 25.0
+sglang:cached_tokens_total{cache_source="host",engine_type="unified",model_name="tiny"} 3.0
+sglang:cached_tokens_total{cache_source="storage",engine_type="unified",model_name="tiny"} 0.0
+# TYPE sglang:prompt_tokens_total counter
+sglang:prompt_tokens_total{engine_type="unified",model_name="tiny"} 90.0
+# TYPE sglang:token_usage gauge
+sglang:token_usage{engine_type="unified",model_name="tiny",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 0.25
+# TYPE sglang:cache_hit_rate gauge
+sglang:cache_hit_rate{engine_type="unified",model_name="tiny",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 0.4
+"""
+
+
+def test_metrics_count_hits_of_every_source_and_show_no_stale_gauge() -> None:
+    (m,) = ENGINE.read_metrics(METRICS_0523)
+    assert (m.engine, m.model, m.prefix_hits, m.prefix_queries) == ("", "tiny", 28.0, 90.0)
+    assert m.usage is None and m.usage_metric is None
+    assert m.note is not None and "sglang:cache_hit_rate" in m.note and "sglang:token_usage" in m.note
+    assert ENGINE.read_metrics("# nothing of SGLang\nother_metric 1\n") == []
+    with pytest.raises(Exception, match="Prometheus"):
+        ENGINE.read_metrics("sglang:cached_tokens_total{cache_source= 1\n")

@@ -49,6 +49,15 @@ _ALIASES = {"model": "model-path", "dp": "dp-size", "data-parallel-size": "dp-si
 FILE_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
 FILE_DIR_DEFAULT = "/tmp/hicache"
 
+#: SGLang 0.5.23 builds its storage hash extension (``hicache_hash_cpp``) in the prefetch thread on
+#: the first prompt that queues a storage prefetch; a ``/flush_cache`` during that build joins the
+#: thread for 10 s, then raises in the scheduler and the server exits
+#: (``srt/managers/cache_controller.py`` ``_stop_storage_threads``; observed, builds of 5-20 s).
+PREFETCH_NOTE = ("SGLang 0.5.23 with a HiCache storage backend exits when /flush_cache arrives while its storage "
+                 "prefetch thread still builds its hash extension (the first long prompt after a start, 5-20 s on a "
+                 "loaded node): a clear then may stop the server; --hicache-storage-prefetch-policy wait_complete, "
+                 "or TORCH_EXTENSIONS_DIR on a pre-built copy, avoids it")
+
 
 @dataclass(frozen=True)
 class KeySource:
@@ -275,6 +284,8 @@ def parse_container(container: Mapping[str, Any], env: Mapping[str, str]) -> Sgl
                      "of them (--port, --dp-size, the HiCache flags), so its port and tiers are not established; "
                      "give them literally in the container's command or args")
     backend = flags.get("hicache-storage-backend") if "enable-hierarchical-cache" in flags else None
+    if backend and flags.get("hicache-storage-prefetch-policy") != "wait_complete":
+        notes.append(PREFETCH_NOTE)
     storage_dir, dir_source, dir_unknown = (_storage_dir(flags, {**env, **cmd_env}, unevaluated)
                                             if backend == "file" else (None, None, None))
     if backend == "file" and not ports:

@@ -32,7 +32,17 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from ...tiers import KVLayout, Tier, TierKind
-from ..base import ConfigReader, Engine, FileTier, ResetAnswer, ResetOutcome, ServeConfig, TierReset
+from ..base import (
+    ConfigReader,
+    Engine,
+    EngineMetrics,
+    FileTier,
+    MetricsParseError,
+    ResetAnswer,
+    ResetOutcome,
+    ServeConfig,
+    TierReset,
+)
 from .cmdline import SglangConfig, parse_container
 
 __all__ = ["FILE_STORE", "HICACHE_CONNECTOR", "SglangEngine", "file_model_name", "file_name_regex",
@@ -45,6 +55,9 @@ FILE_SUFFIX = ".bin"
 #: The page formats a host pool tags the model name with (sglang ``srt/managers/cache_controller.py``
 #: ``storage_model_name``: ``<model>-<tag>``; ``mem_cache/pool_host/unified.py`` is the one that has one).
 FORMAT_TAGS = ("unified-token-major",)
+#: Gauges a flush does not reset (observed on 0.5.23; ``scheduler.py`` sets them at its batches).
+STALE_GAUGES = ("sglang:token_usage", "sglang:num_used_tokens", "sglang:kv_used_tokens",
+                "sglang:kv_evictable_tokens", "sglang:cache_hit_rate")
 #: The pools other than the KV pool whose pages a hybrid model stores as ``<key>.<pool>`` (sglang
 #: 0.5.23 ``srt/mem_cache/hicache_storage.py`` ``PoolName``, ``HiCacheFile._log_key``). A pool a
 #: later release adds is not matched: its files are counted as other files, never taken.
@@ -263,6 +276,47 @@ class SglangEngine(Engine):
                     seen = True
                     counts.setdefault(sample.labels.get("dp_rank", ""), [0, 0])[slot] += int(sample.value)
         return {k: (v[0], v[1]) for k, v in counts.items()} if seen else None
+
+    def read_metrics(self, text: str) -> list[EngineMetrics]:
+        """One figure set per ``dp_rank`` label (``""`` without one): prefix hits are
+        ``sglang:cached_tokens_total`` over every ``cache_source`` (``device``, ``host``,
+        ``storage``), queries ``sglang:prompt_tokens_total`` (counters, sglang
+        ``srt/observability/metrics_collector.py``); the model is the ``model_name`` label. No usage:
+        ``sglang:token_usage``, ``num_used_tokens``, ``kv_evictable_tokens`` and ``cache_hit_rate``
+        are gauges the scheduler sets at its batches, and a flush leaves them as they were (observed
+        on 0.5.23), so right after a clear they would show the cache before it as current: the
+        row's note says so instead."""
+        from ...lazyimport import prometheus_parser
+
+        text_string_to_metric_families = prometheus_parser().text_string_to_metric_families
+        hits: dict[str, float] = {}
+        queries: dict[str, float] = {}
+        models: dict[str, str] = {}
+        gauges: set[str] = set()
+        try:
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if sample.name.endswith("_created"):
+                        continue
+                    rank = sample.labels.get("dp_rank", "")
+                    if family.name == "sglang:cached_tokens":
+                        hits[rank] = hits.get(rank, 0.0) + float(sample.value)
+                    elif family.name == "sglang:prompt_tokens":
+                        queries[rank] = queries.get(rank, 0.0) + float(sample.value)
+                    elif family.name in STALE_GAUGES:
+                        gauges.add(family.name)
+                    else:
+                        continue
+                    if "model_name" in sample.labels:
+                        models.setdefault(rank, sample.labels["model_name"])
+        except (ValueError, TypeError, IndexError) as exc:
+            raise MetricsParseError(f"not Prometheus text format: {exc}") from exc
+        note = (f"usage not shown: {', '.join(sorted(gauges))} are set at the scheduler's batches and a "
+                "/flush_cache leaves them as they were, so after a clear they still show the cache before it"
+                if gauges else None)
+        ranks = sorted(set(hits) | set(queries), key=lambda r: (not r.isdigit(), int(r) if r.isdigit() else 0, r))
+        return [EngineMetrics(rank, models.get(rank), None, None, None, hits.get(rank), queries.get(rank), None,
+                              None, note) for rank in ranks]
 
     def secret_keys(self, config: ServeConfig) -> tuple[tuple[str, str, str], ...]:
         """The reset key's Secret, when the spec takes it from one."""

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
+from ..base import EngineMetrics as EngineMetrics
+from ..base import MetricsParseError as MetricsParseError
 from ..base import ResetAnswer as ResetAnswer
 from ..base import ResetOutcome as ResetOutcome
 
@@ -155,28 +157,6 @@ def _error_text(text: str) -> str:
     return text[:120]
 
 
-@dataclass(frozen=True)
-class EngineMetrics:
-    """KV-cache figures of one engine from one ``/metrics`` scrape.
-
-    ``engine`` is the ``engine`` label (``"0"``; ``""`` where the version has none).
-    ``usage`` is a fraction 0..1 from ``usage_metric`` (``vllm:kv_cache_usage_perc``, or the
-    older ``vllm:gpu_cache_usage_perc`` where only that is exported); ``cpu_offload_usage`` is
-    ``vllm:kv_offload_cpu_cache_usage_perc`` (the fraction of the CPU tier pinned by transfers,
-    not occupancy). Counters are token counts since start. None = the family is absent.
-    """
-
-    engine: str
-    model: str | None
-    usage: float | None
-    usage_metric: str | None
-    cpu_offload_usage: float | None
-    prefix_hits: float | None
-    prefix_queries: float | None
-    external_hits: float | None
-    external_queries: float | None
-
-
 _USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 _COUNTERS = {
     "prefix_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
@@ -184,10 +164,6 @@ _COUNTERS = {
     "external_hits": ("vllm:external_prefix_cache_hits",),
     "external_queries": ("vllm:external_prefix_cache_queries",),
 }
-
-
-class MetricsParseError(ValueError):
-    """The ``/metrics`` body is not Prometheus text exposition format."""
 
 
 def parse_metrics(text: str) -> list[EngineMetrics]:

@@ -11,7 +11,7 @@ from typing import Any
 from packaging.version import Version
 
 from ...tiers import KVLayout
-from ..base import ConfigReader, Engine, LiveConfig, ResetAnswer, ResetOutcome, ServeConfig
+from ..base import ConfigReader, Engine, EngineMetrics, LiveConfig, ResetAnswer, ResetOutcome, ServeConfig
 from . import api, canary, liveconfig
 from .kvconfig import LMCACHE_CONNECTORS, layout_from_serve
 from .servecmd import parse_container
@@ -93,6 +93,10 @@ class VllmEngine(Engine):
         if outcome is ResetOutcome.UNCONFIRMED:
             return release is not None and release >= api.JSON_RESET_BODY_SINCE
         return False
+
+    def read_metrics(self, text: str) -> list[EngineMetrics]:
+        """:func:`.api.parse_metrics` (one per ``engine`` label)."""
+        return api.parse_metrics(text)
 
     def request_counts(self, metrics: str) -> dict[str, tuple[int, int]] | None:
         """``vllm:num_requests_running`` / ``vllm:num_requests_waiting`` per ``engine`` label
