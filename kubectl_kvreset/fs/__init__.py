@@ -43,7 +43,7 @@ from __future__ import annotations
 from .plan import plan_fs_clear
 from .roots import FS_TIER_TYPES, MountedVolume, RootCheck, check_root, normalise_root
 from .run import NO_EXIT_STATUS, FsClearResult, run_fs_clear, sharing_message, unidentified_message
-from .script import CLEAR_PROGRAM, CLEAR_SCRIPT, find_argv, python_argv
+from .script import CLEAR_PROGRAM, CLEAR_SCRIPT, PACKED_PROGRAM, find_argv, python_argv
 from .target import (
     UNEVALUATED_REMEDY,
     ExecChoice,
@@ -77,6 +77,7 @@ __all__ = [
     "FsVolumeTarget",
     "MountedVolume",
     "NO_EXIT_STATUS",
+    "PACKED_PROGRAM",
     "RootCheck",
     "UNEVALUATED_REMEDY",
     "check_root",

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import base64
+import zlib
 from collections.abc import Sequence
+from urllib.parse import urlencode
 
 #: The fixed program run in the pod with ``python3 -I -c CLEAR_SCRIPT ROOT [--model M]...
 #: [--file-suffix S] [--layout REGEX] [--count-only] [--model-only]`` (what each selects: :func:`python_argv`).
@@ -257,7 +260,25 @@ def python_argv(root: str, models: Sequence[str] = (), *, count_only: bool = Fal
         argv.append("--count-only")
     if model_only:
         argv.append("--model-only")
+    if len(urlencode([("command", a) for a in argv])) > ARGV_BUDGET:
+        argv[3] = PACKED_PROGRAM   # the same program, packed: the request line stays below 8 KiB
     return argv
+
+
+def _packed(program: str) -> str:
+    """A one-line program that runs ``program`` from its zlib-compressed, URL-safe base64 text
+    (letters, digits, ``-`` and ``_``: nothing to escape in the exec request's query)."""
+    blob = base64.urlsafe_b64encode(zlib.compress(program.encode("utf-8"), 9)).decode("ascii")
+    return f"import base64,zlib;exec(zlib.decompress(base64.urlsafe_b64decode('{blob}')))"
+
+
+#: :data:`CLEAR_PROGRAM` packed (:func:`_packed`), sent instead when the plain argv would make
+#: the exec request line longer than the 8 KiB that HTTP front ends and the ``websockets`` server
+#: allow (a long name expression, namespace or pod name).
+PACKED_PROGRAM = _packed(CLEAR_PROGRAM)
+#: The URL-encoded ``command`` parameters above which :data:`PACKED_PROGRAM` is sent: the rest of
+#: the request line (path, namespace, pod, the other parameters) takes about 250 bytes more.
+ARGV_BUDGET = 7900
 
 
 def find_argv(step: str, root: str, paths: Sequence[str] = ()) -> list[str]:

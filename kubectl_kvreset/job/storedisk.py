@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..consent import Hold, User, hold, kept, unlisted_user
@@ -92,6 +92,8 @@ class DiskCall:
         layout: the expression the rest of a selected name matches in full (after a prefix).
         index_note: said when files were deleted.
         created_by_server: a missing directory is not read as empty.
+        model_pods: for ``scope == "model"``: the targeted pods (``ns/name``) of that model, whose
+            tier the call empties (empty: every targeted pod).
     """
 
     namespace: str
@@ -112,6 +114,7 @@ class DiskCall:
     layout: str | None = None
     index_note: str | None = LMCACHE_INDEX_NOTE
     created_by_server: bool = True
+    model_pods: tuple[str, ...] = ()
 
     @property
     def name_layout(self) -> str | None:
@@ -141,6 +144,9 @@ class _Group:
     pods: list[str]
     models: list[str | None]
     kind: PodDisk
+    #: each targeted pod's model (``ns/name`` -> model), and each model's name expressions
+    pod_models: dict[str, str | None] = field(default_factory=dict)
+    layouts: dict[str | None, list[str]] = field(default_factory=dict)
 
 
 def _cross_namespace_vllm(universe: Sequence[VllmPod], extra: Sequence[Mapping[str, Any]],
@@ -285,6 +291,9 @@ def _join_group(groups: _Groups, pod: VllmPod, disk: PodDisk, path: str,
         group.pods.append(name)
     if disk.model not in group.models:
         group.models.append(disk.model)
+    group.pod_models[name] = disk.model
+    if disk.layout is not None and disk.layout not in group.layouts.setdefault(disk.model, []):
+        group.layouts[disk.model].append(disk.layout)   # pods of one model with other TP sizes
     return None
 
 
@@ -350,6 +359,12 @@ def _other_writers(kube: Kube, pods: Sequence[VllmPod], universe: Sequence[VllmP
                 verdict = check_root(path, mounts)
                 if verdict.ok and verdict.mount is not None and verdict.volume_path is not None:
                     writers.append((disk.store, verdict.mount.identity, verdict.volume_path, label, model))
+                else:
+                    # a directory the path rules refuse (``..``, a symlink...) may still be one of
+                    # the targets' by another spelling: any storage the pod mounts may hold its files
+                    maybe += [(disk.store, m.identity, m.base, label, model,
+                               f"its directory {path!r} is not one the plugin places "
+                               f"({verdict.refusal or 'refused'})") for m in mounts]
     return writers, maybe
 
 
@@ -387,10 +402,14 @@ def _group_calls(group: _Group, pods: Sequence[VllmPod], mounted: Sequence[_Moun
             continue
         held = hold(users, model=model, given=shared, alike=kind.alike)
         prefix = kind.prefix if kind.store != STORE else file_prefix(model)
+        layouts = group.layouts.get(model) or ([kind.layout] if kind.layout else [])
+        # this model's own names (every TP size its targeted pods run), never the first pod's
+        layout = layouts[0] if len(layouts) == 1 else ("(?:" + "|".join(layouts) + ")" if layouts else None)
         calls.append(DiskCall(scope="model", model=model, prefixes=(prefix or "",),
                               blocked=_disk_hold_message(held, model, kind.label),
                               kept=tuple(u.shown() for u in kept(users, model, alike=kind.alike)),
-                              **common))
+                              model_pods=tuple(n for n, m in group.pod_models.items() if m == model),
+                              **{**common, "layout": layout}))
     return calls
 
 

@@ -77,9 +77,12 @@ class StoreDone:
 
     def tier_pods(self) -> tuple[PodKey, ...]:
         """The targeted pods whose tier this call empties: for a per-model call, only the users
-        of that model; a disk deletion, every pod whose disk it is."""
+        of that model; a disk deletion, every pod whose disk it is (a per-model one, the pods of
+        its model)."""
         t = self.target
         if isinstance(t, DiskCall):
+            if t.scope == "model" and t.model_pods:
+                return tuple(_key(ref) for ref in t.model_pods)
             return self.targeted_pods()
         return tuple((u.pod.namespace, u.pod.name) for u in t.store.users
                      if u.targeted and (t.model is None or u.use.model == t.model))

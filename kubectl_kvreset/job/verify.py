@@ -295,6 +295,10 @@ class Verifier:
 
     def _seed_port(self, t: _Target) -> None:
         ref = PodRef(t.pod.namespace, t.pod.name, t.pod.container)
+        if t.pod.engine.name != "vllm":   # the canaries and counters below are vLLM's
+            self._proof(t, "").unverifiable = (f"--verify proves vLLM servers only in this version, not "
+                                               f"{t.pod.engine.name}: the row stands on the reset's answer")
+            return
         before = self._scrape(ref, t.port)
         if isinstance(before, str):
             proof = self._proof(t, "")

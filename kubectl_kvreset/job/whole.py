@@ -171,7 +171,11 @@ def execute(job: ClearJob, cancel: Cancel | None = None, *, progress: Callable[[
         verifier.finish()
         outcome = with_verification(outcome, verifier, the_plan.scope.namespace)
     report = ChainedReport([outcome.report, store_rows])
-    notes = list(outcome.notes) + router_notes(the_plan.scope.kube, the_plan.scope.pods)
+    # a router keeps routing by its tree only where a server's cache went: rows whose reset reached it
+    flushed = {(r.get("namespace"), r.get("pod")) for r in outcome.report.rows
+               if r.get("result") in ("emptied", "partial", "unconfirmed")}
+    notes = list(outcome.notes) + router_notes(the_plan.scope.kube, [p for p in the_plan.scope.pods
+                                                                     if (p.namespace, p.name) in flushed])
     return Cleared(outcome, store_rows, report, notes, interrupted=cancel.is_set())
 
 

@@ -266,3 +266,16 @@ def test_metrics_shows_the_counters_and_says_why_usage_is_not_shown(sim: Any, tm
     assert row["usage"] is None and "sglang:token_usage" in row["note"], row
     table = cluster.run("metrics", "-n", NS)
     assert table.returncode == 0 and "NOTE" in table.stdout and "[1]" in table.stdout, table.stdout
+
+
+def test_verify_says_plainly_that_it_does_not_prove_sglang_cold(sim: Any, tmp_path: Path) -> None:
+    dep = build.deployment("sgl", [_container(["--port", "8000", "--enable-metrics", "--enable-cache-report"])],
+                           namespace=NS)
+    cluster = sim([_write(tmp_path, [dep])], namespace=NS)
+    code, rows, err = cluster.run_json("clear", "-n", NS, "--all", "--verify")
+    (row,) = _rows(rows, "CacheReset")
+    assert code == 3 and row["result"] == "emptied", (code, row, err)
+    verify = row["verify"]
+    assert verify.startswith("not verifiable: --verify proves vLLM servers only") and "vllm:" not in verify
+    (snap,) = _sglang_ports(cluster).values()
+    assert snap["flush_queries"] == ["timeout=30"], snap   # no canary was sent, one flush

@@ -21,6 +21,7 @@ from kubectl_kvreset.discovery import VllmPod, describe_pod
 from kubectl_kvreset.fs import (
     CLEAR_PROGRAM,
     CLEAR_SCRIPT,
+    PACKED_PROGRAM,
     FsVolumeTarget,
     MountedVolume,
     check_root,
@@ -661,6 +662,18 @@ def test_run_fs_clear_lost_status_before_any_answer_is_failed_with_reason(tmp_pa
     assert "without an exit status" in res.message and "?" not in res.message and "None" not in res.message
 
 
+def _sglang_layouts() -> str:
+    """The SGLang HiCache page names of a long model at TP 8 (a per-model call's expression)."""
+    from kubectl_kvreset.engines import engine_for
+    from kubectl_kvreset.engines.sglang.engine import file_name_regex
+
+    found = engine_for({"name": "m", "command": ["python3", "-m", "sglang.launch_server"], "args": [
+        "--model-path", "meta-llama/Llama-3.1-70B-Instruct", "--tp-size", "8",
+        "--enable-hierarchical-cache", "--hicache-storage-backend", "file"]}, {})
+    assert found is not None
+    return str(file_name_regex(found[1]))  # type: ignore[arg-type]
+
+
 def test_the_program_sent_is_the_script_compacted_and_fits_an_8k_request_line() -> None:
     from urllib.parse import urlencode
 
@@ -671,8 +684,42 @@ def test_the_program_sent_is_the_script_compacted_and_fits_an_8k_request_line() 
     # a long namespace, a 63-character pod name, a deep root, a long model name
     for argv in (python_argv("/mnt/files-storage/" + "k" * 30, ["meta-llama/Llama-3.1-70B-Instruct"], model_only=True),
                  python_argv("/mnt/lmcache/" + "k" * 30, ["meta-llama-Llama-3.1-70B-Instruct@"], file_suffix=".pt",
-                             layout=disk_name_regex(), model_only=True)):
-        line = (f"GET /api/v1/namespaces/{'n' * 40}/pods/{'p' * 63}/exec?"
+                             layout=disk_name_regex(), model_only=True),
+                 python_argv("/mnt/hicache", [""], file_suffix=".bin", model_only=True,
+                             layout=_sglang_layouts())):
+        # SGLang's page-name expression is longer: a shorter root, a 52-character pod and a 12-character
+        # namespace (llm-d's SGLang decode pods are named about so); past the limit the API server's
+        # refusal fails the row, nothing is deleted (tests/e2e/test_sglang.py)
+        long = "--layout" not in argv or not argv[argv.index("--layout") + 1].startswith("[\\da-f]")
+        ns, pod = ("n" * 40, "p" * 63) if long else ("n" * 12, "p" * 52)
+        line = (f"GET /api/v1/namespaces/{ns}/pods/{pod}/exec?"
                 + urlencode([("command", a) for a in argv] + [("container", "vllm"), ("stdout", "true"),
                                                              ("stderr", "true")]) + " HTTP/1.1")
         assert len(line) < 8192, (len(line), argv[5:])
+        assert argv[3] in (CLEAR_PROGRAM, PACKED_PROGRAM)
+    # the plain program where it fits (what an audit log shows), the packed one only past the budget
+    assert python_argv("/mnt/kv", ["org/m"], model_only=True)[3] == CLEAR_PROGRAM
+    assert python_argv("/mnt/hicache", [""], file_suffix=".bin", layout=_sglang_layouts(),
+                       model_only=True)[3] == PACKED_PROGRAM
+
+
+def test_the_packed_program_is_the_program() -> None:
+    import base64
+    import zlib
+
+    blob = PACKED_PROGRAM.split("'")[1]
+    assert zlib.decompress(base64.urlsafe_b64decode(blob)).decode() == CLEAR_PROGRAM
+    assert all(c.isalnum() or c in "-_=" for c in blob)
+
+
+def test_the_packed_program_runs_as_the_plain_one(tmp_path: Path) -> None:
+    root = tmp_path / "hicache"
+    root.mkdir()
+    for name in ("a" * 64 + "_m_0_1.bin", "b" * 64 + "_other_0_1.bin"):
+        (root / name).write_bytes(b"x")
+    for program in (CLEAR_PROGRAM, PACKED_PROGRAM):
+        argv = python_argv(str(root), [""], file_suffix=".bin", layout=r"[\da-f]{64}_m(_\d+_1)?", model_only=True,
+                           count_only=True)
+        argv[0], argv[3] = sys.executable, program
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and json.loads(done.stdout)["before"]["files"] == 1, done.stdout + done.stderr

@@ -87,7 +87,8 @@ class SglangConfig(ServeConfig):
         metrics: ``--enable-metrics`` (``/metrics``).
         api_key: the ``--api-key`` source, or None.
         admin_key: the ``--admin-api-key`` source, or None.
-        tp_size: ``--tp-size`` (1 by default); pp_size: ``--pp-size`` (1 by default).
+        tp_size: ``--tp-size`` (1 by default); pp_size: ``--pp-size`` (1 by default);
+            dp_attention: ``--enable-dp-attention``.
         storage_dir: with the ``file`` storage backend, the directory its files are written to
             (:data:`FILE_DIR_ENV`, else the extra config's ``file_storage_path``, else
             :data:`FILE_DIR_DEFAULT`), None otherwise or when it cannot be read
@@ -107,6 +108,7 @@ class SglangConfig(ServeConfig):
     admin_key: KeySource | None = None
     tp_size: int = 1
     pp_size: int = 1
+    dp_attention: bool = False
     storage_dir: str | None = None
     storage_dir_source: str | None = None
     storage_dir_unknown: str | None = None
@@ -207,9 +209,15 @@ def _also_vllm(words: list[str], env: Mapping[str, str], sources: Mapping[str, s
 
 
 def _storage_dir(flags: Mapping[str, str | None], env: Mapping[str, str],
-                 unevaluated: Sequence[tuple[str, str]]) -> tuple[str | None, str | None, str | None]:
+                 unevaluated: Sequence[tuple[str, str]],
+                 sources: Mapping[str, str]) -> tuple[str | None, str | None, str | None]:
     """``(directory, where it was read, why unknown)`` of the file storage backend, in
-    ``HiCacheFile``'s order: the env variable, the extra config's ``file_storage_path``, the default."""
+    ``HiCacheFile``'s order: the env variable, the extra config's ``file_storage_path``, the default.
+    Unknown when the variable may be set where the spec does not show its value (a ConfigMap or
+    Secret reference, an ``envFrom`` source, a file the script sources: ``sources``)."""
+    if FILE_DIR_ENV in sources or ("*" in sources and FILE_DIR_ENV not in env):   # env wins over envFrom
+        why = sourced_reason(f"${FILE_DIR_ENV}", f"{FILE_DIR_ENV} is not known from the pod spec", sources)
+        return None, None, f"the file backend's directory is not known: {why}"
     value, source = env.get(FILE_DIR_ENV), f"env {FILE_DIR_ENV}"
     if not value:
         raw = flags.get("hicache-storage-backend-extra-config")
@@ -286,7 +294,10 @@ def parse_container(container: Mapping[str, Any], env: Mapping[str, str]) -> Sgl
     backend = flags.get("hicache-storage-backend") if "enable-hierarchical-cache" in flags else None
     if backend and flags.get("hicache-storage-prefetch-policy") != "wait_complete":
         notes.append(PREFETCH_NOTE)
-    storage_dir, dir_source, dir_unknown = (_storage_dir(flags, {**env, **cmd_env}, unevaluated)
+    external = dict(sources)
+    if shell.opaque:   # a sourced file or an eval may set the variable
+        external.setdefault(FILE_DIR_ENV, shell.opaque)
+    storage_dir, dir_source, dir_unknown = (_storage_dir(flags, {**env, **cmd_env}, unevaluated, external)
                                             if backend == "file" else (None, None, None))
     if backend == "file" and not ports:
         storage_dir, dir_unknown = None, "the server's flags are not known"
@@ -301,6 +312,7 @@ def parse_container(container: Mapping[str, Any], env: Mapping[str, str]) -> Sgl
         host=flags.get("host") or "127.0.0.1", dp_size=dp_size,
         hierarchical_cache="enable-hierarchical-cache" in flags,
         storage_backend=backend, tp_size=tp_size, pp_size=pp_size, storage_dir=storage_dir,
+        dp_attention="enable-dp-attention" in flags,
         storage_dir_source=dir_source, storage_dir_unknown=dir_unknown,
         cache_report="enable-cache-report" in flags, metrics="enable-metrics" in flags,
         api_key=_key_source("--api-key", flags.get("api-key"), container, sources),

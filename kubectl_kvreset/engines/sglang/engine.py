@@ -59,12 +59,12 @@ FORMAT_TAGS = ("unified-token-major",)
 STALE_GAUGES = ("sglang:token_usage", "sglang:num_used_tokens", "sglang:kv_used_tokens",
                 "sglang:kv_evictable_tokens", "sglang:cache_hit_rate")
 #: The pools other than the KV pool whose pages a hybrid model stores as ``<key>.<pool>`` (sglang
-#: 0.5.23 ``srt/mem_cache/hicache_storage.py`` ``PoolName``, ``HiCacheFile._log_key``). A pool a
-#: later release adds is not matched: its files are counted as other files, never taken.
-POOLS = ("mamba", "swa", "auxiliary_swa", "indexer", "draft", "draft_indexer", "draft_swa",
-         *(f"deepseek_v4_{c}" for c in ("c1", "c1_indexer", "c1_indexer_scale", "c2", "c2_indexer",
-                                         "c2_indexer_scale", "c4", "c4_indexer", "c4_indexer_scale", "c128",
-                                         "c4_rope", "c128_rope", "c4_state", "c4_indexer_state", "c128_state")))
+#: 0.5.23 ``srt/mem_cache/hicache_storage.py`` ``PoolName``, ``HiCacheFile._log_key``), as one
+#: short expression (it travels in the exec request, which must stay under 8 KiB): a few names
+#: more than 0.5.23 has (``deepseek_v4_c1_rope``), never one that goes on with an arbitrary word.
+#: A pool a later release adds is not matched: its files are counted as other files, never taken.
+POOLS = (r"mamba|swa|auxiliary_swa|indexer|draft(_indexer|_swa)?"
+         r"|deepseek_v4_c(1|2|4|128)(_indexer)?(_scale|_rope|_state)?")
 
 
 def file_model_name(config: SglangConfig) -> str | None:
@@ -84,18 +84,28 @@ def file_name_regex(config: SglangConfig) -> str | None:
     ``.<pool>`` of :data:`POOLS`), ``_<model>`` (with a host pool's
     format tag), then ``_<tp rank>_<tp size>`` (absent for MLA models, whose pages all ranks
     share), ``_<pp size>_<pp rank>`` with pipeline parallelism, ``_cp<rank>_<size>`` with attention
-    context parallelism. The ranks are this server's (``--tp-size``, ``--pp-size``), so a model
+    context parallelism. The ranks are this server's (``--tp-size``, ``--pp-size``; the attention TP
+    size ``tp / dp`` with ``--enable-dp-attention``), so a model
     whose name goes on with digits (``m_1_0``) is not taken for ``m``; None without a model."""
     model = file_model_name(config)
     if model is None:
         return None
-    tags = "".join(f"(?:-{re.escape(tag)})?" for tag in FORMAT_TAGS[:1])
-    ranks = "|".join(str(r) for r in range(max(config.tp_size, 1)))
-    tp = f"(?:_(?:{ranks})_{max(config.tp_size, 1)})?"
-    pp = (f"_{config.pp_size}_(?:{'|'.join(str(r) for r in range(config.pp_size))})"
-          if config.pp_size > 1 else "")
-    pools = "|".join(sorted(POOLS, key=len, reverse=True))
-    return f"[0-9a-f]{{64}}(?:\\.(?:{pools}))?_{re.escape(model)}{tags}{tp}{pp}(?:_cp[0-9]+_[0-9]+)?"
+    tags = "".join(f"(-{tag})?" for tag in FORMAT_TAGS[:1])
+    # with --enable-dp-attention the pages carry the attention TP rank and size, tp / dp
+    # (cache_controller.py _generate_storage_config: attn_tp_rank, attn_tp_size)
+    size = max(config.tp_size // max(config.dp_size, 1), 1) if config.dp_attention else max(config.tp_size, 1)
+    # the sizes are literal, the ranks any number: a name that goes on with digits only matches
+    # where the sizes agree too (files_alike holds such models back)
+    tp = f"(_\\d+_{size})?"
+    pp = f"_{config.pp_size}_\\d+" if config.pp_size > 1 else ""
+    # plain groups and \\d, not (?:...) and [0-9]: the expression travels URL-encoded in the exec request
+    return f"[\\da-f]{{64}}(\\.({POOLS}))?_{_literal(model)}{tags}{tp}{pp}(_cp\\d+_\\d+)?"
+
+
+def _literal(text: str) -> str:
+    """``text`` as a regular expression matching itself, with only the characters that need it
+    escaped (``re.escape`` also escapes ``-``, which lengthens the exec request for nothing)."""
+    return re.sub(r"([.^$*+?{}\[\]\\|()])", r"\\\1", text)
 
 #: The connector name of SGLang's HiCache tiers in the layout.
 HICACHE_CONNECTOR = "sglang-hicache"
@@ -193,15 +203,20 @@ class SglangEngine(Engine):
                          file_name_regex(config), unknown),)
 
     def files_alike(self, other: str, model: str) -> bool:
-        """``other``'s page names may match ``model``'s :func:`file_name_regex`: the same name once
-        ``/`` is made ``-`` (``org/m``, ``org-m``), or ``model`` followed by a format tag or by
-        ``_<digits>`` parts (``m_0_1``, whose MLA pages read as ``m``'s of rank 0 of 1)."""
+        """The page names of ``other`` and ``model`` may be taken for each other (either way: a
+        deletion of one by :func:`file_name_regex` may take the other's): the same name once ``/``
+        is made ``-`` (``org/m``, ``org-m``), or one name followed by a format tag or by ``_<digits>``
+        parts (``m_0_1``, whose MLA pages read as ``m``'s of rank 0 of 1, and the other way)."""
         mine, theirs = "-".join(model.split("/")), "-".join(other.split("/"))
         if other == model:
             return False
         tags = "|".join(re.escape(f"-{t}") for t in FORMAT_TAGS)
-        return theirs == mine or re.fullmatch(re.escape(mine) + f"(?:{tags})?(?:_[0-9]+)*(?:_cp[0-9]+_[0-9]+)?",
-                                               theirs) is not None
+
+        def extends(longer: str, shorter: str) -> bool:
+            tail = f"(?:{tags})?(?:_[0-9]+)*(?:_cp[0-9]+_[0-9]+)?"
+            return re.fullmatch(re.escape(shorter) + tail, longer) is not None
+
+        return theirs == mine or extends(theirs, mine) or extends(mine, theirs)
 
     def busy_query(self, busy_timeout_s: float) -> list[tuple[str, str]]:
         """``timeout`` = the busy timeout: the server waits that long for its requests to end."""
