@@ -262,6 +262,14 @@ def _kind_fields(disk: PodDisk) -> dict[str, Any]:
                 index_note=disk.index_note, created_by_server=disk.created_by_server)
 
 
+def _blocked_scope(disk: PodDisk) -> tuple[str, str | None, tuple[str, ...]]:
+    """``(scope, model, prefixes)`` of a refused deletion: a kind deleted per model only says its
+    model (never ``store``, which it never is)."""
+    if disk.model_only:
+        return "model", disk.model, (disk.prefix or "",)
+    return "store", None, ()
+
+
 def _join_group(groups: _Groups, pod: VllmPod, disk: PodDisk, path: str,
                 mounts: Sequence[MountedVolume]) -> DiskCall | None:
     """Add ``pod``'s disk directory ``path`` to the group of its backing storage in ``groups``;
@@ -270,7 +278,7 @@ def _join_group(groups: _Groups, pod: VllmPod, disk: PodDisk, path: str,
     unknown = unevaluated_in(path, pod.serve.unevaluated)
     if unknown:
         # never deleted at a guessed path: the directory LMCache writes is not known
-        return DiskCall(pod.namespace, disk.setting, path, None, "store", None, (), (),
+        return DiskCall(pod.namespace, disk.setting, path, None, *_blocked_scope(disk), (),
                         (f"{pod.namespace}/{pod.name}",), blocked=(
                             f"the {disk.label} {path!r} cannot be evaluated from the pod spec: "
                             f"{'; '.join(unknown)}; nothing was deleted and the directory the server "
@@ -280,7 +288,7 @@ def _join_group(groups: _Groups, pod: VllmPod, disk: PodDisk, path: str,
     if not verdict.ok or verdict.mount is None or verdict.volume_path is None or verdict.root is None:
         why = (verdict.refusal or "refused").replace("the FS tier root", f"the {disk.label}")
         return DiskCall(pod.namespace, disk.setting, verdict.root or path,
-                        verdict.mount.label if verdict.mount else None, "store", None, (), (),
+                        verdict.mount.label if verdict.mount else None, *_blocked_scope(disk), (),
                         (f"{pod.namespace}/{pod.name}",), blocked=why, **_kind_fields(disk))
     key = (disk.store, verdict.mount.identity, verdict.volume_path)
     group = groups.setdefault(key, _Group(pod.namespace, verdict.mount.identity, verdict.volume_path,

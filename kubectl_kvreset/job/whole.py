@@ -134,6 +134,11 @@ def prepare(scope: Scope, options: ClearOptions, *, cancel: Cancel | None = None
     plan_notes = [f"note: the LMCache CPU tier of {', '.join(covered)} is emptied by the store step "
                   "(lmcache-controller / lmcache-worker rows), though the reset plan lists it as left"
                   ] if covered else []
+    files = sorted({(d.store, ref) for d in stores.disks if d.blocked is None and d.store != "lmcache-disk"
+                    for ref in d.model_pods or d.targeted})
+    for store in sorted({s for s, _ in files}):
+        plan_notes.append(f"note: the {store} tier of {', '.join(r for s, r in files if s == store)} is emptied by "
+                          f"the store step ({store} rows), though the reset plan lists it as left")
     return ClearJob(the_plan, stores, notes, plan_notes)
 
 

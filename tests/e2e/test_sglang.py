@@ -223,6 +223,18 @@ def test_hicache_file_pages_in_a_system_directory_are_left(sim: Any, tmp_path: P
     assert reset["result"] != "emptied" and reset["shared"] == "left", reset
     (store,) = _rows(rows, "StoreClear")
     assert store["store"] == "hicache-file" and store["result"] == "left" and "/tmp/hicache" in json.dumps(store)
+    assert store["scope"] == "model org-model" and "*.bin (the names of its pages)" in store["method"], store
+
+
+def test_hicache_file_dry_run_deletes_nothing_and_says_the_store_step_empties_it(sim: Any, tmp_path: Path) -> None:
+    cluster = sim([_write(tmp_path, [_claim(), _hicache("sgl-a", "model-a")])], namespace=NS)
+    before = _pages(cluster)
+    code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/sgl-a", "--dry-run")
+    assert code == 0, (rows, err)
+    (store,) = _rows(rows, "StoreClear")
+    assert (store["store"], store["result"], store["before"]) == ("hicache-file", "planned", 4), store
+    assert "note: the hicache-file tier of sg/sgl-a-" in err and "emptied by the store step" in err, err
+    assert _pages(cluster) == before
 
 
 def test_wait_idle_reads_sglang_gauges(sim: Any, tmp_path: Path) -> None:
