@@ -122,11 +122,17 @@ def _wait_idle(plan: Plan, cancel: Cancel, progress: Callable[[str], None] | Non
 def _reset_phase(plan: Plan, results: RunResults, cancel: Cancel, events: Events | None) -> None:
     """The API resets: every route of every port at once (the caches are independent, and a
     route the version lacks is not called: the plan's routes follow the version its template
-    reported), then the pods whose answers contradict that version probed again
-    (:func:`reprobe`) and the busy data-parallel ports split (:func:`split_busy_engines`).
+    reported; every port's first route is submitted before the others), then the pods whose
+    answers contradict that version probed again (:func:`reprobe`) and the busy data-parallel
+    ports split (:func:`split_busy_engines`).
     Fills ``results.resets`` and ``results.engines``."""
-    units = [(p, port, route) for p in plan.pods if p.has(STEP_API_RESET) for port in p.pod.ports
-             for route in p.routes]
+    ports = [(p, port) for p in plan.pods if p.has(STEP_API_RESET) for port in p.pod.ports if p.routes]
+    # every port's first route (the prefix-cache reset) is sent before any other route: it is the
+    # one that can take long (a busy answer is retried until --busy-timeout, a connector's hook
+    # empties its store), so the short ones fill the connections it frees instead of delaying it
+    # (longest first); the routes are independent, so the order changes no answer
+    units = [(p, port, p.routes[0]) for p, port in ports] + \
+        [(p, port, route) for p, port in ports for route in p.routes[1:]]
     got = parallel(units, _reporting(plan, units, events), plan.options.max_concurrency, cancel)
     by_port: dict[PortKey, list[ResetResult | NotRun]] = {}
     for (p, port, _route), result in zip(units, got, strict=True):

@@ -72,3 +72,42 @@ def test_verify_from_python(sim) -> None:
         assert row["verify"] == "cold", row
         assert row["proof"][0]["control"]["cached_tokens"] > 0
         assert [p["cached_tokens"] for p in row["proof"][0]["probes"]] == [0]
+
+
+ORDER_SCRIPT = """
+import json, sys
+from kubectl_kvreset.job import Cancel, ClearOptions, Targets, connect, plan, run, select_targets
+
+execute = sys.modules["kubectl_kvreset.job.execute"]
+calls = []
+reset_route = execute.reset_route
+
+def recorded(the_plan, pod_plan, port, route, on_busy=None):
+    calls.append([pod_plan.pod.name, port.port, route])
+    return reset_route(the_plan, pod_plan, port, route, on_busy)
+
+execute.reset_route = recorded
+kube = connect(namespace=sys.argv[1])
+the_plan = plan(select_targets(kube, Targets(all=True)), ClearOptions(max_concurrency=1))
+outcome = run(the_plan, Cancel())
+print(json.dumps({"calls": calls, "routes": [list(p.routes) for p in the_plan.pods],
+                  "results": [p.result for p in outcome.ports], "exit_code": int(outcome.exit_code)}))
+"""
+
+
+def test_every_ports_first_route_is_sent_before_the_other_routes(sim) -> None:
+    # one call at a time shows the order: the prefix-cache resets (the ones that can take long)
+    # first, then the other routes; each route of each port is still called exactly once
+    cluster = sim([DEMO_MANIFEST], namespace=NS)
+    done = subprocess.run([sys.executable, "-c", ORDER_SCRIPT, NS], env=cluster.env(), cwd=ROOT, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["exit_code"] == 0 and set(got["results"]) == {"emptied"}, got
+    routes = [route for _pod, _port, route in got["calls"]]
+    firsts = {p[0] for p in got["routes"] if p}
+    assert firsts == {"/reset_prefix_cache"} and any(len(p) > 1 for p in got["routes"]), got["routes"]
+    count = sum(1 for route in routes if route in firsts)
+    assert count and set(routes[:count]) == firsts and firsts.isdisjoint(routes[count:]), routes
+    assert sorted(map(tuple, got["calls"])) == sorted(set(map(tuple, got["calls"])))  # none twice
+    assert len(got["calls"]) == sum(len(p) for p in got["routes"])  # one port per pod here

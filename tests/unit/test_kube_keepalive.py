@@ -1,6 +1,7 @@
 """The keep-alive pool of plain requests (kubectl_kvreset/kube/ ``_KeepAlive``) against a local
 HTTP/1.1 server on the loopback: connections are reused and bounded, one the server closed while
-idle is replaced without an error, the server URL's own path comes first, and a bound is kept."""
+idle is replaced without an error, the server URL's own path comes first, a bound is kept, and
+over TLS a new connection resumes the first one's session."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from kubectl_kvreset.kube import KubeConnectionError, Transport, _KeepAlive
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     seen: list[tuple[str, str, int]] = []  # (method, path, client port)
+    resumed: list[bool] = []  # over TLS: per request, whether its connection resumed a session
     lock = threading.Lock()
 
     def _answer(self) -> None:
@@ -26,6 +28,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.rfile.read(length)
         with self.lock:
             self.seen.append((self.command, self.path, self.client_address[1]))
+            if hasattr(self.connection, "session_reused"):
+                self.resumed.append(self.connection.session_reused)
         if self.path.endswith("/slow"):
             time.sleep(1.0)
         body = b'{"ok": true}'
@@ -50,6 +54,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture()
 def server() -> Iterator[http.server.ThreadingHTTPServer]:
     _Handler.seen = []
+    _Handler.resumed = []
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     srv.daemon_threads = True
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
@@ -126,3 +131,39 @@ def test_a_refused_connection_is_a_connection_error() -> None:
     kube = Kube(host=Conf.host, namespace="ns", context="c", timeout_s=5.0, _transport=Transport(Conf(), 1))
     with pytest.raises(KubeConnectionError, match="cannot reach the API server .*connection refused"):
         kube.request("POST", "/api/v1/namespaces/ns/pods/p:8000/proxy/reset_prefix_cache")
+
+
+def test_new_tls_connections_resume_the_first_ones_session() -> None:
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+
+    class _TLSServer(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+
+        def get_request(self) -> tuple[Any, Any]:
+            sock, addr = super().get_request()
+            return server_ctx.wrap_socket(sock, server_side=True), addr
+
+    _Handler.seen, _Handler.resumed = [], []
+    srv = _TLSServer(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ca.configure_trust(client_ctx)
+        pool = _KeepAlive("127.0.0.1", srv.server_address[1], client_ctx, size=2)
+        assert pool.request("GET", "/first", None, {}, 10.0)[0] == 200
+        pool.close()  # the next requests need new connections
+        assert pool.request("GET", "/second", None, {}, 10.0)[0] == 200
+        pool.close()
+        assert pool.request("GET", "/third", None, {}, 10.0)[0] == 200
+        assert len({port for _, _, port in _Handler.seen}) == 3  # three connections
+        assert _Handler.resumed == [False, True, True]
+        pool.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
