@@ -14,15 +14,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..consent import Hold
 from ..engines.vllm.kvconfig import LMCACHE_CONNECTORS
 from ..engines.vllm.servecmd import known_model, unevaluated_in
 from ..kube import Kube
 from ..pods import VllmPod
+from ..stores.calls import SHARED_FLAG
 from ..stores.find import pod_config
 from ..stores.lmcache_disk import DISK_SUFFIX, file_prefix, local_disk_of
 from ..stores.lmcachekey import disk_name_regex, may_write_as
 
-__all__ = ["LMCACHE_DISK", "LMCACHE_INDEX_NOTE", "PodDisk", "pod_disks", "unknown_disks"]
+__all__ = ["LMCACHE_DISK", "LMCACHE_INDEX_NOTE", "PodDisk", "hold_message", "pod_disks", "unknown_disks"]
 
 #: The ``StoreClear`` store of LMCache's local disk.
 LMCACHE_DISK = "lmcache-disk"
@@ -128,3 +130,25 @@ def unknown_disks(kube: Kube, pod: VllmPod, cache: dict[Any, Any]) -> dict[str, 
         if tier.unknown is not None or not tier.paths:
             out[tier.store] = tier.unknown or "its directory is not known"
     return out
+
+
+def hold_message(held: Hold | None, model: str, label: str = "LMCache local disk") -> str | None:
+    """The row's reason for a per-model deletion held back (:func:`kubectl_kvreset.consent.hold`);
+    ``label``: the file kind's (:attr:`DiskCall.label`)."""
+    if held is None:
+        return None
+    files = "LMCache files" if label == "LMCache local disk" else f"{label} files"
+    if held.why == "same":
+        return (f"{len(held.users)} pod(s) outside the targets write {model}'s {files} to this volume "
+                f"({', '.join(held.names)}): give {SHARED_FLAG} to delete them anyway")
+    if held.why == "alike":
+        how = "LMCache writes '/' as '-'" if files == "LMCache files" else "'/' is written as '-', ranks as '_N'"
+        return (f"pod(s) outside the targets write {files} named as {model}'s to this volume "
+                f"({', '.join(u.shown() for u in held.users)}; {how}), so they cannot be told "
+                f"apart: give {SHARED_FLAG} to delete them too")
+    if held.why == "unsure":
+        return (f"pod(s) outside the targets may write {files} named as {model}'s to this volume: "
+                f"where they write cannot be told ({', '.join(f'{u.shown()[:-1]}: {u.unsure})' for u in held.users)}), "
+                f"and their files cannot be told apart from {model}'s: give {SHARED_FLAG} to delete them too")
+    return (f"{', '.join(held.names)} may write {model}'s {files} to this volume (who they are cannot be "
+            f"seen): give {SHARED_FLAG} to delete them anyway")

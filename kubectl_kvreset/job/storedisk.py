@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..consent import Hold, User, hold, kept, unlisted_user
+from ..consent import User, hold, kept, unlisted_user
 from ..engines.vllm.servecmd import known_model, unevaluated_in
 from ..fs import (
     CROSS_NAMESPACE_KINDS,
@@ -55,11 +55,10 @@ from ..fs import (
 )
 from ..kube import Kube, KubeApiError, KubeConnectionError
 from ..pods import VllmPod, describe_pod
-from ..stores.calls import SHARED_FLAG
 from ..stores.clear import StoreResult
 from ..stores.lmcache_disk import DISK_SUFFIX, file_prefix
 from ..stores.lmcachekey import disk_name_regex
-from .diskkinds import LMCACHE_DISK, LMCACHE_INDEX_NOTE, PodDisk, pod_disks, unknown_disks
+from .diskkinds import LMCACHE_DISK, LMCACHE_INDEX_NOTE, PodDisk, hold_message, pod_disks, unknown_disks
 from .fsclear import read_claims
 
 __all__ = ["DiskCall", "disk_row", "plan_disks", "run_disk"]
@@ -414,7 +413,7 @@ def _group_calls(group: _Group, pods: Sequence[VllmPod], mounted: Sequence[_Moun
         # this model's own names (every TP size its targeted pods run), never the first pod's
         layout = layouts[0] if len(layouts) == 1 else ("(?:" + "|".join(layouts) + ")" if layouts else None)
         calls.append(DiskCall(scope="model", model=model, prefixes=(prefix or "",),
-                              blocked=_disk_hold_message(held, model, kind.label),
+                              blocked=hold_message(held, model, kind.label),
                               kept=tuple(u.shown() for u in kept(users, model, alike=kind.alike)),
                               model_pods=tuple(n for n, m in group.pod_models.items() if m == model),
                               **{**common, "layout": layout}))
@@ -441,28 +440,6 @@ def _disk_users(group: _Group, others: Sequence[str], writers: Sequence[_Writer]
         elif name not in named:
             users.append(User(name, serves=False))
     return users
-
-
-def _disk_hold_message(held: Hold | None, model: str, label: str = "LMCache local disk") -> str | None:
-    """The row's reason for a per-model deletion held back (:func:`kubectl_kvreset.consent.hold`);
-    ``label``: the file kind's (:attr:`DiskCall.label`)."""
-    if held is None:
-        return None
-    files = "LMCache files" if label == "LMCache local disk" else f"{label} files"
-    if held.why == "same":
-        return (f"{len(held.users)} pod(s) outside the targets write {model}'s {files} to this volume "
-                f"({', '.join(held.names)}): give {SHARED_FLAG} to delete them anyway")
-    if held.why == "alike":
-        how = "LMCache writes '/' as '-'" if files == "LMCache files" else "'/' is written as '-', ranks as '_N'"
-        return (f"pod(s) outside the targets write {files} named as {model}'s to this volume "
-                f"({', '.join(u.shown() for u in held.users)}; {how}), so they cannot be told "
-                f"apart: give {SHARED_FLAG} to delete them too")
-    if held.why == "unsure":
-        return (f"pod(s) outside the targets may write {files} named as {model}'s to this volume: "
-                f"where they write cannot be told ({', '.join(f'{u.shown()[:-1]}: {u.unsure})' for u in held.users)}), "
-                f"and their files cannot be told apart from {model}'s: give {SHARED_FLAG} to delete them too")
-    return (f"{', '.join(held.names)} may write {model}'s {files} to this volume (who they are cannot be "
-            f"seen): give {SHARED_FLAG} to delete them anyway")
 
 
 def _last_json(data: bytes) -> dict[str, Any] | None:
