@@ -65,7 +65,6 @@ import pytest
 
 from tests.peers.realpods import (
     call,
-    counters,
     direct,
     pod,
     pod_ip,
@@ -127,33 +126,75 @@ def _flush(sim: SimCluster, owner: str, query: str = "", key: str | None = None,
 
 
 class _Busy:
-    """A long generation on ``owner`` (``rank``) in a thread, started once the server runs it."""
+    """Long generations on ``owner`` (``rank``) until :meth:`stop`: two streams (``"stream": true``)
+    in threads, each starting its next generation as soon as one ends, the second started once the
+    first is half way, so one always runs. The constructor returns once the first streamed a token
+    (the ``sglang:num_running_reqs`` gauge is no such proof: the scheduler sets it at its batches
+    and it keeps the last value after a generation ends). After :meth:`stop` the generations in
+    flight end (``done``, ``ended``) and none starts."""
 
     def __init__(self, sim: SimCluster, owner: str, rank: int | None = None, tokens: int = 480) -> None:
         self.done = threading.Event()
-        self.ended: float | None = None   # when the generation's answer arrived (monotonic)
-        ids = [5 + (i * 13) % 900 for i in range(8)]
-        self._t = threading.Thread(target=self._run, args=(sim, owner, ids, rank, tokens), daemon=True)
-        self._sim, self._owner = sim, owner
-        self._t.start()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not self.done.is_set():
-            code, text = direct(_url(sim, owner, "/metrics"))
-            running = counters(text.decode(), ["sglang:num_running_reqs"]) if code == 200 else {}
-            if sum(running.values()) > 0:
-                return
-            time.sleep(0.05)
-        raise AssertionError("the long generation never showed as running")
+        self.ended: float | None = None   # when the last generation's answer ended (monotonic)
+        self._stop = threading.Event()
+        self._half = threading.Event()
+        self._first = threading.Event()
+        self._left = 2
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._loop, args=(sim, owner, rank, tokens, k), daemon=True)
+                         for k in range(2)]
+        self._threads[0].start()
+        if not self._first.wait(120):
+            raise AssertionError("the long generation never streamed a token")
+        self._threads[1].start()
 
-    def _run(self, sim: SimCluster, owner: str, ids: list[int], rank: int | None, tokens: int) -> None:
+    def _loop(self, sim: SimCluster, owner: str, rank: int | None, tokens: int, k: int) -> None:
         try:
-            _generate(sim, owner, ids, new=tokens, rank=rank)
+            if k == 1:
+                self._half.wait(120)
+            n = 0
+            while not self._stop.is_set():
+                self._once(sim, owner, [5 + (i * 13 + k + 2 * n) % 900 for i in range(8)], rank, tokens, k == 0)
+                n += 1
         finally:
-            self.ended = time.monotonic()
-            self.done.set()
+            with self._lock:
+                self._left -= 1
+                if self._left == 0:
+                    self.ended = time.monotonic()
+                    self.done.set()
+
+    def _once(self, sim: SimCluster, owner: str, ids: list[int], rank: int | None, tokens: int,
+              signal: bool) -> None:
+        import urllib.request
+
+        body: dict[str, Any] = {"input_ids": ids, "stream": True,
+                                "sampling_params": {"max_new_tokens": tokens, "ignore_eos": True, "temperature": 0.0}}
+        if rank is not None:
+            body["routed_dp_rank"] = rank
+        req = urllib.request.Request(_url(sim, owner, "/generate"), data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        seen = 0
+        try:
+            with urllib.request.urlopen(req, timeout=300) as r:
+                for line in r:
+                    if line.startswith(b"data:"):
+                        seen += 1
+                        if signal:
+                            self._first.set()
+                            if seen >= tokens // 2:
+                                self._half.set()
+        finally:
+            self._first.set()
+            self._half.set()
+
+    def stop(self) -> None:
+        """No generation starts from now on; those in flight run to their end."""
+        self._stop.set()
 
     def join(self) -> None:
-        self._t.join(300)
+        self.stop()
+        for th in self._threads:
+            th.join(300)
 
 
 def test_repeat_hits_then_flush_through_proxy(cluster: SimCluster) -> None:
@@ -172,6 +213,7 @@ def test_flush_while_busy(cluster: SimCluster) -> None:
     assert _flush(cluster, "sgl-open") == (400, b"Flush cache failed.\n")
     assert _flush(cluster, "sgl-open", "timeout=0.1") == (400, b"Timed out waiting for idle state.")
     assert not busy.done.is_set(), "the generation ended too early for the busy checks"
+    busy.stop()
     code, body = _flush(cluster, "sgl-open", "timeout=120")
     assert (code, body.decode()) == (200, FLUSHED)
     busy.join()
@@ -310,6 +352,7 @@ def test_clear_while_a_generation_runs_is_busy_then_emptied_once_it_ends(cluster
     (row,) = _resets(rows)
     assert code != 0 and row["result"] == "busy", (code, row, err)
     assert not busy.done.is_set(), "the generation ended before the second clear started"
+    busy.stop()   # the generations in flight end; the clear waits for them
     code, rows, err = cluster.run_json("clear", "-n", NS, "deployment/sgl-open", "--yes", "--busy-timeout", "150",
                                        timeout=300)
     returned = time.monotonic()
@@ -475,6 +518,7 @@ def test_record_for_referee(cluster: SimCluster) -> None:
     out.append(rec("flush-busy", "POST", "sgl-open", "/flush_cache", "none", overrides=BUSY))
     out.append(rec("flush-busy-timeout-short", "POST", "sgl-open", "/flush_cache?timeout=0.1", "none",
                    overrides=BUSY))
+    busy.stop()
     out.append(rec("flush-busy-timeout", "POST", "sgl-open", "/flush_cache?timeout=120", "none", overrides=BUSY))
     busy.join()
     out.append(rec("flush-timeout-negative", "POST", "sgl-open", "/flush_cache?timeout=-1", "none"))
