@@ -2,7 +2,7 @@
 
 Pure. The version/connector/spec rules are DATA (:data:`RESET_RULES`), walked by
 :func:`api_reset_effects`; extend the table, not the function. Facts from vLLM's connectors'
-``reset_cache`` (``vllm/distributed/kv_transfer/kv_connector/v1/base.py``, PR #27170;
+``reset_cache`` (``vllm/distributed/kv_transfer/kv_connector/v1/base.py``, vLLM PR #27170;
 ``vllm/v1/kv_offload/cpu/manager.py``; ``TieringOffloadingManager.reset_cache``, vllm PR #44541)
 and LMCache 0.5.6 ``lmcache/integration/vllm/lmcache_mp_connector.py``.
 

@@ -190,7 +190,8 @@ class FileTier:
     """A tier a server keeps as files in a directory of its pod, whose names carry the model, and
     that no route of the server empties for one model only: the store step deletes this server's
     files there (:mod:`kubectl_kvreset.job.storedisk`, through ``pods/exec``), as for LMCache's
-    local disk.
+    local disk. The server creates the directory when it starts, so a missing one is never read
+    as empty (the row says ``unconfirmed``).
 
     Attributes:
         store: the ``StoreClear`` row's ``store`` and the tier's :attr:`~kubectl_kvreset.tiers.Tier.store`
@@ -204,8 +205,6 @@ class FileTier:
             removed) match in full and the names of other models' files do not; None when the
             model is not known.
         unknown: why the directory is not known (nothing is then deleted), or None.
-        created_by_server: the server creates the directory when it starts, so a missing one is
-            not read as empty.
     """
 
     store: str
@@ -216,7 +215,6 @@ class FileTier:
     model: str | None
     name_regex: str | None
     unknown: str | None = None
-    created_by_server: bool = True
 
 
 @dataclass(frozen=True)

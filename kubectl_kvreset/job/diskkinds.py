@@ -51,7 +51,6 @@ class PodDisk:
             in full, or None.
         model_only: only the pod's own files are ever deleted, even where no other pod mounts
             the storage (a tier whose names always carry the model).
-        created_by_server: the server creates the directory, so a missing one is not empty.
         index_note: said on a row that deleted files (what the running servers still believe).
         alike: ``alike(other, model)``: True when ``other``'s files may be named as ``model``'s.
     """
@@ -65,7 +64,6 @@ class PodDisk:
     prefix: str | None
     layout: str | None
     model_only: bool = False
-    created_by_server: bool = True
     index_note: str | None = None
     alike: Callable[[str, str], bool] = may_write_as
 
@@ -94,7 +92,6 @@ def pod_disks(kube: Kube, pod: VllmPod, cache: dict[Any, Any]) -> list[PodDisk]:
             continue
         out.append(PodDisk(tier.store, tier.label, tier.setting, tier.paths, tier.suffix, tier.model,
                            "" if tier.name_regex is not None else None, tier.name_regex, model_only=True,
-                           created_by_server=tier.created_by_server,
                            index_note=f"{tier.label}: the server finds a deleted page missing on its next lookup",
                            alike=engine.files_alike))
     return out

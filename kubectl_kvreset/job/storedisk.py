@@ -90,7 +90,6 @@ class DiskCall:
         suffix: what every file of the kind ends with.
         layout: the expression the rest of a selected name matches in full (after a prefix).
         index_note: said when files were deleted.
-        created_by_server: a missing directory is not read as empty.
         model_pods: for ``scope == "model"``: the targeted pods (``ns/name``) of that model, whose
             tier the call empties (empty: every targeted pod).
     """
@@ -112,7 +111,6 @@ class DiskCall:
     suffix: str = DISK_SUFFIX
     layout: str | None = None
     index_note: str | None = LMCACHE_INDEX_NOTE
-    created_by_server: bool = True
     model_pods: tuple[str, ...] = ()
 
     @property
@@ -258,7 +256,7 @@ def _target_groups(kube: Kube, pods: Sequence[VllmPod], claims: Claims,
 def _kind_fields(disk: PodDisk) -> dict[str, Any]:
     """The :class:`DiskCall` fields that come from the file kind."""
     return dict(store=disk.store, label=disk.label, suffix=disk.suffix, layout=disk.layout,
-                index_note=disk.index_note, created_by_server=disk.created_by_server)
+                index_note=disk.index_note)
 
 
 def _blocked_scope(disk: PodDisk) -> tuple[str, str | None, tuple[str, ...]]:

@@ -20,8 +20,8 @@ What LMCache 0.5.6 does, from its sources:
   executor's assertion over an empty list). Each worker runs ``StorageManager.clear([location])``
   (``lmcache/v1/storage_backend/storage_manager.py``), which calls ``clear()`` only where the
   backend has one: in 0.5.6 only ``LocalCPUBackend`` (``local_cpu_backend.py::clear``, evictable
-  objects only: pinned or in-use ones stay). ``LocalDiskBackend`` has none (PRs #1564 and #2341
-  closed) and neither has ``RemoteBackend``.
+  objects only: pinned or in-use ones stay). ``LocalDiskBackend`` has none (LMCache PRs
+  #1564 and #2341 closed) and neither has ``RemoteBackend``.
 * The workers report removed keys to the controller asynchronously (batches every
   ``kv_msg_batch_timeout``, 10 ms), so ``key_count`` is read again until it settles.
 

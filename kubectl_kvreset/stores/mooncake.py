@@ -3,7 +3,7 @@
 
 ``POST /api/v1/remove_all?force=true`` on the master's admin port (``--metrics_port``,
 default 9003) answers ``{"success":true,"removed_count":N}`` (Mooncake
-``mooncake-store/src/master_admin_service.cpp::HandleRemoveAll``, PR #2676, first released in
+``mooncake-store/src/master_admin_service.cpp::HandleRemoveAll``, Mooncake PR #2676, first released in
 v0.3.12.post1; older masters answer 404). Without ``force`` objects inside their lease stay.
 It is store-wide: every instance's objects go. The count is ``master_key_count`` on
 ``GET /metrics`` of the same port, read before and after.

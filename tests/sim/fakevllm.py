@@ -4,10 +4,10 @@ Every behaviour here was read from vLLM's release wheels (PyPI ``vllm==X``; the 
 the same in ``vllm-project/vllm``):
 
 - ``POST /reset_prefix_cache``: dev-mode only; query parameters per release (0.8.x-0.11.0
-  ``device``, vllm PR #15003; 0.12 ``reset_running_requests``, PR #28827; >= 0.13 also
-  ``reset_external``, PR #27170; unknown parameters ignored; a bad boolean -> 400 with vLLM's
-  error body); body per release (empty 200 before 0.26, ``{"success":bool}`` from 0.26, PR
-  #46893); ``success:false`` while blocks are held unless ``reset_running_requests`` preempts; a
+  ``device``, vllm PR #15003; 0.12 ``reset_running_requests``, vLLM PR #28827; >= 0.13 also
+  ``reset_external``, vLLM PR #27170; unknown parameters ignored; a bad boolean -> 400 with vLLM's
+  error body); body per release (empty 200 before 0.26, ``{"success":bool}`` from 0.26, vLLM
+  PR #46893); ``success:false`` while blocks are held unless ``reset_running_requests`` preempts; a
   forced reset that still fails -> 500 (JSON body from 0.18,
   ``vllm/entrypoints/serve/exception_handling/``; Starlette's plain text before). The connector
   is reset even when the local reset fails. The route: ``vllm/entrypoints/openai/api_server.py``

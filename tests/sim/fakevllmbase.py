@@ -63,7 +63,7 @@ def reset_clears_cpu_tier(connector: ConnectorInfo, version: Version) -> bool:
     rule): OffloadingConnector + CPUOffloadingSpec from 0.22.0 (no-op 0.14-0.21);
     TieringOffloadingSpec from 0.24.0 (CPU tier only, never the FS tier);
     SimpleCPUOffloadConnector from 0.20.0; LMCache, Nixl, Mooncake P2P never. The hook itself
-    exists from 0.13.0 (PR #27170).
+    exists from 0.13.0 (vLLM PR #27170).
     """
     if version < Version("0.13.0") or not connector.cpu_tier:
         return False
